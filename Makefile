@@ -1,0 +1,33 @@
+# Every target bootstraps .venv when it is missing (or when pyproject.toml changed).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-slow test-all lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[quant,dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check hf_uq metrics tests benchmarks examples
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_metrics.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache

@@ -1,0 +1,51 @@
+"""Pure numpy/torch uncertainty math: metrics, scores, decompositions.
+
+Nothing here imports transformers or any other part of hf_uq; every model, evaluate module
+and report calls these functions so each definition lives exactly once (DESIGN.md §3).
+"""
+
+from .classification import CalibrationBins, accuracy, brier, calibration_bins, ece, nll, top_label
+from .decomposition import dirichlet_uncertainty, ensemble_uncertainty
+from .fidelity import FIDELITY_THRESHOLD, fidelity
+from .ranking import aupr_ood, cp_auroc, fpr_at_95, ood_auroc, ood_metrics
+from .scores import energy, entropy, margin, max_logit, msp
+from .selective import (
+    RiskProfile,
+    aurc,
+    e_aurc,
+    risk_coverage_curve,
+    risk_profile,
+    sac,
+    selective_metrics,
+)
+
+__all__ = [
+    "FIDELITY_THRESHOLD",
+    "CalibrationBins",
+    "RiskProfile",
+    "accuracy",
+    "aupr_ood",
+    "aurc",
+    "brier",
+    "calibration_bins",
+    "cp_auroc",
+    "dirichlet_uncertainty",
+    "e_aurc",
+    "ece",
+    "energy",
+    "ensemble_uncertainty",
+    "entropy",
+    "fidelity",
+    "fpr_at_95",
+    "margin",
+    "max_logit",
+    "msp",
+    "nll",
+    "ood_auroc",
+    "ood_metrics",
+    "risk_coverage_curve",
+    "risk_profile",
+    "sac",
+    "selective_metrics",
+    "top_label",
+]
