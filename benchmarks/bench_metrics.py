@@ -110,7 +110,7 @@ def main(argv=None):
     print(f"torch threads: {torch.get_num_threads()}, best of {args.repeat}, C = {args.classes}")
     for n in args.sizes:
         print(f"\nN = {n:,}")
-        print(f"| metric | hf_uq (s) | peer | peer (s) | peer / hf_uq |\n|---|---|---|---|---|")
+        print("| metric | hf_uq (s) | peer | peer (s) | peer / hf_uq |\n|---|---|---|---|---|")
         for name, ours, peer, theirs in run(n, args.classes, args.repeat):
             ratio = f"{theirs / ours:.2f}x" if peer else ""
             peer_t = f"{theirs:.3f}" if peer else ""

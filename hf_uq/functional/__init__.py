@@ -18,6 +18,7 @@ from .selective import (
     sac,
     selective_metrics,
 )
+from .temperature import TemperedNLL, fuse_logits, tempered_nll, tempered_nll_grad
 
 __all__ = [
     "FIDELITY_THRESHOLD",
@@ -47,5 +48,9 @@ __all__ = [
     "risk_profile",
     "sac",
     "selective_metrics",
+    "TemperedNLL",
+    "fuse_logits",
+    "tempered_nll",
+    "tempered_nll_grad",
     "top_label",
 ]

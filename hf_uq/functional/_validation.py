@@ -94,7 +94,7 @@ def check_same_length(*pairs: tuple[str, np.ndarray]) -> None:
         raise ValueError(f"length mismatch: {desc} samples")
 
 
-def check_probs(x: Any, name: str = "probs") -> np.ndarray:
+def check_probs(x: Any, name: str = "probs", hint: str = "") -> np.ndarray:
     """A (n_samples, n_classes) array of probabilities whose rows sum to 1 (atol 1e-4).
 
     Returned in its own floating dtype (float32 stays float32: reductions upcast later).
@@ -125,8 +125,7 @@ def check_probs(x: Any, name: str = "probs") -> np.ndarray:
     if deviation[worst] > PROB_ATOL:
         raise ValueError(
             f"rows of `{name}` must sum to 1 (atol {PROB_ATOL}); worst is row {worst}, "
-            f"which sums to {row_sums[worst]:.6g}. Pass logits with from_logits=True or "
-            "apply a softmax first."
+            f"which sums to {row_sums[worst]:.6g}{hint}"
         )
     return arr
 

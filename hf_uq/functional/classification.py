@@ -18,6 +18,7 @@ Binning = Literal["uniform", "quantile"]
 Norm = Literal["l1", "l2", "max"]
 
 _PROB_FLOOR = 1e-12
+_LOGITS_HINT = ". Pass logits with from_logits=True, or apply a softmax first."
 
 
 def top_label(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +56,7 @@ def _probs_and_labels(probs: Any, labels: Any, from_logits: bool) -> tuple[np.nd
     if from_logits:
         p = _softmax(check_logits(probs, "logits").astype(np.float64))
     else:
-        p = check_probs(probs, "probs")
+        p = check_probs(probs, "probs", hint=_LOGITS_HINT)
     y = check_labels(labels, p.shape[1], p.shape[0])
     return p, y
 
@@ -163,7 +164,7 @@ def nll(probs: Any, labels: Any, from_logits: bool = False) -> float:
         zmax = z.max(axis=1)
         lse = zmax + np.log(np.exp(z - zmax[:, None]).sum(axis=1))
         return float(np.mean(lse - z[np.arange(len(y)), y]))
-    p = check_probs(probs, "probs")
+    p = check_probs(probs, "probs", hint=_LOGITS_HINT)
     y = check_labels(labels, p.shape[1], p.shape[0])
     picked = p[np.arange(len(y)), y].astype(np.float64)
     return float(-np.mean(np.log(np.maximum(picked, _PROB_FLOOR))))

@@ -20,6 +20,7 @@ Nothing here imports transformers or any other part of hf_uq.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Sequence
@@ -82,10 +83,16 @@ def check_member_logits(logits_list: Any) -> list[np.ndarray]:
     of the same shape, with at least one sample and two classes. Float32 inputs (numpy or CPU
     torch) are used without a copy; other dtypes are converted to float32.
     """
+    return _validated_members(logits_list)[0]
+
+
+def _validated_members(logits_list: Any) -> tuple[list[np.ndarray], np.ndarray, float]:
+    """(float32 members, (K, N) float64 row maxima, largest |logit|) after validation."""
     members = _split_members(logits_list)
     if not members:
         raise ValueError("`logits_list` is empty: at least one member's logits are required")
     out: list[np.ndarray] = []
+    row_max, max_abs = [], 0.0
     for k, member in enumerate(members):
         name = f"logits_list[{k}]"
         arr = _to_numpy(member, name)
@@ -106,15 +113,17 @@ def check_member_logits(logits_list: Any) -> list[np.ndarray]:
         if arr.shape[1] < 2:
             raise ValueError(f"`{name}` must have at least 2 classes (columns), got {arr.shape[1]}")
         arr = np.ascontiguousarray(arr, dtype=np.float32)
-        lo, hi = arr.min(), arr.max()  # NaN propagates through min/max; +-inf shows up here
-        if not (np.isfinite(lo) and np.isfinite(hi)):
+        highs, lows = arr.max(axis=1), arr.min(axis=1)  # NaN propagates; +-inf shows up here
+        if not (np.isfinite(highs).all() and np.isfinite(lows).all()):
             flat = int(np.flatnonzero(~np.isfinite(arr.reshape(-1)))[0])
             row, col = divmod(flat, arr.shape[1])
             raise ValueError(
                 f"`{name}` contains a non-finite value ({arr[row, col]}) at index ({row}, {col})"
             )
         out.append(arr)
-    return out
+        row_max.append(highs.astype(np.float64))
+        max_abs = max(max_abs, float(highs.max()), -float(lows.min()))
+    return out, np.stack(row_max), max_abs
 
 
 def check_class_labels(labels: Any, n_samples: int, n_classes: int) -> np.ndarray:
@@ -168,7 +177,9 @@ def fuse_logits(logits_list: Any, temperatures: Any) -> Any:
     if isinstance(logits_list, (torch.Tensor, np.ndarray)):
         if logits_list.ndim < 1:
             raise ValueError("`logits_list` must hold at least one member")
-        members = list(logits_list.unbind(0) if isinstance(logits_list, torch.Tensor) else logits_list)
+        members = list(
+            logits_list.unbind(0) if isinstance(logits_list, torch.Tensor) else logits_list
+        )
     else:
         members = list(logits_list)
     if not members:
@@ -187,7 +198,7 @@ def fuse_logits(logits_list: Any, temperatures: Any) -> Any:
                 )
         dtype = np.result_type(*arrays, np.float32)
         fused = arrays[0] / dtype.type(temps[0])
-        for arr, temp in zip(arrays[1:], temps[1:]):
+        for arr, temp in zip(arrays[1:], temps[1:], strict=True):
             fused = fused + arr / dtype.type(temp)
         return fused.astype(dtype, copy=False)
 
@@ -237,13 +248,15 @@ class TemperedNLL:
     label logits ``z_k[i, y_i]`` and row maxima in float64), then each call
     ``evaluator(log_temperatures) -> (nll, grad)`` makes one pass over the logits in
     cache-sized row chunks with reused buffers: elementwise work in float32, per-row sums in
-    float32 (BLAS dot products), everything summed over samples in float64. Chunks are shared
-    among ``num_threads`` threads (numpy releases the GIL) and their partial sums are added in
-    chunk order, so results are bit-identical across runs and thread counts.
+    float32 (BLAS dot products), everything summed over samples in float64. Chunks are handed
+    out to ``num_threads`` threads (numpy releases the GIL; default: ``torch.get_num_threads()``
+    for large data, 1 below ~2M logits); per-row results land in fixed slots and are reduced
+    once, so results are bit-identical across runs and thread counts.
 
-    Numerical stability: each chunk is shifted by the largest row upper bound
-    ``sum_k beta_k max_c z_k[i, c]`` (no overflow is possible); rows whose exponentials
-    would underflow after that shared shift are recomputed with their own row maximum.
+    Numerical stability: a chunk whose fused logits could come near float32 overflow is
+    shifted by its largest row upper bound ``sum_k beta_k max_c z_k[i, c]`` (otherwise no
+    shift is needed, saving a pass); rows whose sum of exponentials underflows below 1e-20
+    are recomputed with their own row maximum.
     """
 
     def __init__(
@@ -254,7 +267,7 @@ class TemperedNLL:
         num_threads: int | None = None,
         chunk_rows: int | None = None,
     ) -> None:
-        self.members = check_member_logits(logits_list)
+        self.members, self._row_max, max_abs = _validated_members(logits_list)
         n, c = self.members[0].shape
         self.labels = check_class_labels(labels, n, c)
         self.n_samples, self.n_classes, self.n_members = n, c, len(self.members)
@@ -262,13 +275,15 @@ class TemperedNLL:
         self._label_logits = np.stack([z[rows, self.labels] for z in self.members]).astype(
             np.float64
         )  # (K, N)
-        self._row_max = np.stack([z.max(axis=1) for z in self.members]).astype(np.float64)
+        # a chunk needs no shift when even its largest fused logit c keeps C * e^c * max|z|
+        # (the sums of exponentials and of their products with logits) far from float32 overflow
+        self._no_shift_below = 80.0 - math.log(c) - math.log(max(1.0, max_abs))
         self.chunk_rows = int(chunk_rows or max(1, min(n, _CHUNK_ELEMENTS // c)))
         self._n_chunks = -(-n // self.chunk_rows)
-        if num_threads is None:
+        if num_threads is None:  # automatic: torch's intra-op thread count, 1 for small data
             num_threads = torch.get_num_threads() or os.cpu_count() or 1
-        if n * c * self.n_members < _MIN_PARALLEL_ELEMENTS:
-            num_threads = 1
+            if n * c * self.n_members < _MIN_PARALLEL_ELEMENTS:
+                num_threads = 1
         self.num_threads = max(1, min(int(num_threads), self._n_chunks))
         self._ones = np.ones(c, dtype=np.float32)
         self._buffers = [
@@ -294,8 +309,12 @@ class TemperedNLL:
             np.multiply(zs[k], beta32[k], out=t)
             np.add(s, t, out=s)
         shift = self._shift[r0:r1]
-        shift.fill(self._bound[r0:r1].max())  # float32 value: the shift actually applied
-        np.subtract(s, shift[0], out=s)
+        top = self._bound[r0:r1].max()
+        if top > self._no_shift_below:
+            shift.fill(top)  # float32 value: the shift actually applied
+            np.subtract(s, shift[0], out=s)
+        else:
+            shift.fill(0.0)
         np.exp(s, out=s)  # s now holds exp(s_ic - shift)
         sum_exp = self._sum_exp[r0:r1]
         np.vecdot(s, self._ones, out=sum_exp)
@@ -348,9 +367,7 @@ class TemperedNLL:
         """NLL and its gradient w.r.t. the log-temperatures, both in float64."""
         u = np.asarray(log_temperatures, dtype=np.float64).reshape(-1)
         if u.size != self.n_members or not np.isfinite(u).all():
-            raise ValueError(
-                f"expected {self.n_members} finite log-temperatures, got {u.tolist()}"
-            )
+            raise ValueError(f"expected {self.n_members} finite log-temperatures, got {u.tolist()}")
         beta32 = np.exp(-u).astype(np.float32)
         totals = self._run(beta32)
         # chain rule through beta_k = exp(-u_k), with the float32 beta actually used
@@ -368,9 +385,7 @@ def tempered_nll(logits_list: Any, labels: Any, temperatures: Any) -> float:
     return TemperedNLL(logits_list, labels).nll(temperatures)
 
 
-def tempered_nll_grad(
-    logits_list: Any, labels: Any, temperatures: Any
-) -> tuple[float, np.ndarray]:
+def tempered_nll_grad(logits_list: Any, labels: Any, temperatures: Any) -> tuple[float, np.ndarray]:
     """The tempered NLL and its gradient w.r.t. ``log T_k`` (shape (K,), float64)."""
     evaluator = TemperedNLL(logits_list, labels)
     temps = _check_temperatures(temperatures, evaluator.n_members)
