@@ -1,10 +1,60 @@
 """hf_uq: deep-ensemble-quality uncertainty for Hugging Face image classifiers at single-model cost.
 
-Importing ``hf_uq`` registers every hf_uq model type with the transformers Auto classes.
+Importing ``hf_uq`` registers every hf_uq model type with the transformers Auto classes, so
+``AutoModelForImageClassification.from_pretrained(folder)`` loads hf_uq models.
 """
 
 from . import functional
+from ._metrics import available_metrics, load_metric
+from .calibration import fit_temperatures
+from .data import (
+    DIGITS_ID2LABEL,
+    DIGITS_LABELS,
+    OOD_SPLITS,
+    SHIFT_SPLITS,
+    load_digits_benchmark,
+    load_image_dataset,
+    with_pixel_values,
+)
+from .mc_dropout import MCDropoutModel, mc_dropout
+from .modeling_outputs import UncertaintyClassifierOutput
+from .models import auto as _auto  # noqa: F401  (Auto-class registrations)
+from .models.deep_ensemble import DeepEnsembleConfig, DeepEnsembleForImageClassification
+from .models.duo import DuoConfig, DuoForImageClassification, DuoImageProcessor
+from .models.temperature_scaled import (
+    TemperatureScaledConfig,
+    TemperatureScaledForImageClassification,
+)
+from .models.tiny import tiny_cnn, tiny_image_processor, tiny_vit
+from .training import fit_classifier
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "functional"]
+__all__ = [
+    "DIGITS_ID2LABEL",
+    "DIGITS_LABELS",
+    "OOD_SPLITS",
+    "SHIFT_SPLITS",
+    "fit_classifier",
+    "fit_temperatures",
+    "load_digits_benchmark",
+    "load_image_dataset",
+    "tiny_cnn",
+    "tiny_image_processor",
+    "tiny_vit",
+    "with_pixel_values",
+    "DeepEnsembleConfig",
+    "DeepEnsembleForImageClassification",
+    "MCDropoutModel",
+    "TemperatureScaledConfig",
+    "TemperatureScaledForImageClassification",
+    "mc_dropout",
+    "DuoConfig",
+    "DuoForImageClassification",
+    "DuoImageProcessor",
+    "UncertaintyClassifierOutput",
+    "__version__",
+    "available_metrics",
+    "functional",
+    "load_metric",
+]

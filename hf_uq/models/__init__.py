@@ -1,0 +1,1 @@
+"""Model definitions; `tiny` holds small builders for tests and demos."""
