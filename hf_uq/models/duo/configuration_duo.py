@@ -1,4 +1,4 @@
-"""Configuration of the Asymmetric Duo (Li et al., NeurIPS 2025, arXiv 2505.18636)."""
+"""Configuration of the Asymmetric Duo (Zhou, Shelhamer and Pleiss, NeurIPS 2025, arXiv 2505.18636)."""
 
 from __future__ import annotations
 

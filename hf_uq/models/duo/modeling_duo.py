@@ -1,4 +1,4 @@
-"""Asymmetric Duos (Li et al., NeurIPS 2025, arXiv 2505.18636) as a `PreTrainedModel`.
+"""Asymmetric Duos (Zhou, Shelhamer and Pleiss, NeurIPS 2025, arXiv 2505.18636) as a `PreTrainedModel`.
 
 A large image classifier and a small sidekick (5-20% of its FLOPs) are fused at the logit level,
 `z = z_large / T_large + z_small / T_small`, with the two temperatures fit by L-BFGS on validation
