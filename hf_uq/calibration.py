@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from scipy.optimize import minimize
 
 from hf_uq.functional.temperature import TemperedNLL
@@ -365,4 +366,30 @@ def fit_temperatures(
             RuntimeWarning,
             stacklevel=2,
         )
+    _warn_if_degenerate(logits_list, labels, fit, stacklevel=3)
     return list(fit.temperatures)
+
+
+MIN_CALIBRATION_ERRORS = 5
+"""Below this many misclassified calibration samples the NLL optimum sharpens without limit."""
+
+
+def _warn_if_degenerate(logits_list: Any, labels: Any, fit: TemperatureFit, stacklevel: int) -> None:
+    """Warn when the calibration set has (almost) no errors: the NLL then keeps falling as every
+    temperature shrinks, so the fit sharpens the logits toward its lower bound and says nothing
+    about how the model behaves on data it gets wrong."""
+    members = [np.asarray(m.detach().cpu() if isinstance(m, torch.Tensor) else m) for m in (
+        list(logits_list.unbind(0)) if isinstance(logits_list, torch.Tensor) and logits_list.ndim == 3
+        else [logits_list] if np.ndim(logits_list) == 2 else list(logits_list)
+    )]
+    y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels)
+    errors = int(np.sum(np.argmax(sum(m.astype(np.float64) for m in members), axis=1) != y))
+    if errors < MIN_CALIBRATION_ERRORS:
+        warnings.warn(
+            f"the calibration data has only {errors} misclassified sample(s) of {len(y)}: its NLL "
+            f"keeps falling as the temperatures shrink, so the fitted {fit.temperatures} only "
+            "sharpen the logits. Use a larger or harder calibration split, or bounds=(1.0, 100.0) "
+            "to forbid sharpening.",
+            RuntimeWarning,
+            stacklevel=stacklevel,
+        )

@@ -1,5 +1,7 @@
 """Temperature fitting: gradient checks, recovery of known temperatures, guarantees, errors."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -250,3 +252,18 @@ def test_bad_inputs_raise_value_error(logits, labels, match):
 def test_bad_options_raise_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         fit_temperatures([_Z, _Z], _Y, **kwargs)
+
+
+def test_warns_when_the_calibration_set_has_almost_no_errors():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 300)
+    logits = rng.normal(size=(300, 4))
+    logits[np.arange(300), labels] += 8.0  # every sample right: the NLL falls as T -> 0
+    with pytest.warns(RuntimeWarning, match="only 0 misclassified sample"):
+        temps = fit_temperatures([logits, logits * 0.5], labels)
+    assert max(temps) < 1.0  # the fit sharpened, which is what the warning is about
+    # with enough errors the same call is quiet
+    noisy = rng.normal(size=(300, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit_temperatures([noisy, noisy], labels)

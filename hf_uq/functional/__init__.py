@@ -4,6 +4,7 @@ Nothing here imports transformers or any other part of hf_uq; every model, evalu
 and report calls these functions so each definition lives exactly once (DESIGN.md §3).
 """
 
+from .bootstrap import BootstrapInterval, bootstrap_indices, bootstrap_interval
 from .classification import CalibrationBins, accuracy, brier, calibration_bins, ece, nll, top_label
 from .decomposition import dirichlet_uncertainty, ensemble_uncertainty
 from .fidelity import FIDELITY_THRESHOLD, fidelity
@@ -22,11 +23,14 @@ from .temperature import TemperedNLL, fuse_logits, tempered_nll, tempered_nll_gr
 
 __all__ = [
     "FIDELITY_THRESHOLD",
+    "BootstrapInterval",
     "CalibrationBins",
     "RiskProfile",
     "accuracy",
     "aupr_ood",
     "aurc",
+    "bootstrap_indices",
+    "bootstrap_interval",
     "brier",
     "calibration_bins",
     "cp_auroc",

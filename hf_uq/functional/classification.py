@@ -18,6 +18,7 @@ Binning = Literal["uniform", "quantile"]
 Norm = Literal["l1", "l2", "max"]
 
 _PROB_FLOOR = 1e-12
+_TORCH_MIN_SIZE = 1 << 20  # entries; below this numpy's single-threaded kernels win
 _LOGITS_HINT = ". Pass logits with from_logits=True, or apply a softmax first."
 
 
@@ -27,7 +28,11 @@ def top_label(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``torch.max`` along a short last axis is 2-3x faster than numpy's ``max`` + ``argmax``
     and returns the first maximal index on ties.
     """
-    values, indices = torch.max(torch.from_numpy(np.ascontiguousarray(probs)), dim=1)
+    probs = np.ascontiguousarray(probs)
+    if probs.size < _TORCH_MIN_SIZE:  # torch's thread pool costs more than it saves here
+        prediction = probs.argmax(axis=1)
+        return probs[np.arange(len(probs)), prediction], prediction
+    values, indices = torch.max(torch.from_numpy(probs), dim=1)
     return values.numpy(), indices.numpy()
 
 
@@ -95,7 +100,10 @@ def _bin_statistics(
     # bins are (lo, hi] and 0 lands in bin 0. torch.bucketize is multi-threaded and several
     # times faster than np.searchsorted here.
     inner = _edges_for(confidence.dtype, edges[1:-1])
-    index = torch.bucketize(torch.from_numpy(confidence), torch.from_numpy(inner)).numpy()
+    if confidence.size < _TORCH_MIN_SIZE:
+        index = np.searchsorted(inner, confidence, side="left")
+    else:
+        index = torch.bucketize(torch.from_numpy(confidence), torch.from_numpy(inner)).numpy()
     counts = np.bincount(index, minlength=n_bins).astype(np.float64)
     conf_sum = np.bincount(index, weights=confidence, minlength=n_bins)
     acc_sum = np.bincount(index, weights=correct, minlength=n_bins)

@@ -2,7 +2,9 @@
 
 from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoModelForImageClassification
 
+from .batch_ensemble_vit import BatchEnsembleViTConfig, BatchEnsembleViTForImageClassification
 from .deep_ensemble import DeepEnsembleConfig, DeepEnsembleForImageClassification
+from .dirichlet_student import DirichletStudentConfig, DirichletStudentForImageClassification
 from .duo import DuoConfig, DuoForImageClassification
 from .duo.image_processing_duo import DuoImageProcessor
 from .temperature_scaled import TemperatureScaledConfig, TemperatureScaledForImageClassification
@@ -11,6 +13,8 @@ _MODELS = [
     (DuoConfig, DuoForImageClassification),
     (DeepEnsembleConfig, DeepEnsembleForImageClassification),
     (TemperatureScaledConfig, TemperatureScaledForImageClassification),
+    (BatchEnsembleViTConfig, BatchEnsembleViTForImageClassification),
+    (DirichletStudentConfig, DirichletStudentForImageClassification),
 ]
 
 for _config, _model in _MODELS:

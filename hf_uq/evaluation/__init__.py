@@ -1,0 +1,69 @@
+"""The evaluation protocol: predict, score, budget (memory / latency / FLOPs), fidelity, report."""
+
+from .budget import (
+    LatencyStats,
+    MemoryStats,
+    budget_report,
+    compare_budgets,
+    compare_latency,
+    count_flops,
+    count_parameters,
+    flops_per_image,
+    measure_latency,
+    peak_memory,
+    relative_budget,
+    weight_bytes,
+)
+from .flops import member_flops
+from .predict import Predictions, iter_batches, predict
+from .quantization import (
+    DEFAULT_BOUNDS,
+    DriftBounds,
+    QuantizationSelection,
+    default_quantization_grid,
+    quantization_drift,
+    select_quantization,
+)
+from .scoring import (
+    HIGHER_IS_BETTER,
+    ID_METRICS,
+    OOD_METRICS,
+    format_interval,
+    score_difference,
+    score_pooled,
+    score_split,
+)
+
+__all__ = [
+    "LatencyStats",
+    "MemoryStats",
+    "budget_report",
+    "compare_budgets",
+    "compare_latency",
+    "count_flops",
+    "count_parameters",
+    "flops_per_image",
+    "measure_latency",
+    "peak_memory",
+    "relative_budget",
+    "weight_bytes",
+    "member_flops",
+    # predict / scoring
+    "HIGHER_IS_BETTER",
+    "ID_METRICS",
+    "OOD_METRICS",
+    "Predictions",
+    "format_interval",
+    "iter_batches",
+    "predict",
+    "score_difference",
+    "score_pooled",
+    "score_split",
+    # quantization drift / selection
+    "DEFAULT_BOUNDS",
+    "DriftBounds",
+    "QuantizationSelection",
+    "default_quantization_grid",
+    "quantization_drift",
+    "select_quantization",
+]
