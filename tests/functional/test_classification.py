@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import log_loss
 from torchmetrics.functional.classification import multiclass_calibration_error
 
@@ -119,3 +121,16 @@ def test_accepts_torch_and_lists():
     ref = F.ece(p, y)
     assert F.ece(torch.from_numpy(p), torch.from_numpy(y)) == ref
     assert F.ece(p.tolist(), y.tolist()) == ref
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(2, 6), st.integers(0, 10_000), st.sampled_from(["uniform", "quantile"]))
+def test_ece_properties(n, c, seed, binning):
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(c, 0.5), size=n)
+    labels = rng.integers(0, c, n)
+    value = F.ece(probs, labels, binning=binning)
+    assert 0.0 <= value <= 1.0
+    perm = rng.permutation(n)
+    assert F.ece(probs[perm], labels[perm], binning=binning) == pytest.approx(value, abs=1e-12)
+    assert F.ece(probs, labels, norm="l2") <= F.ece(probs, labels, norm="max") + 1e-12
