@@ -16,9 +16,15 @@ from .data import (
     load_image_dataset,
     with_pixel_values,
 )
+from .layers import BatchEnsembleLinear
 from .mc_dropout import MCDropoutModel, mc_dropout
 from .modeling_outputs import UncertaintyClassifierOutput
 from .models import auto as _auto  # noqa: F401  (Auto-class registrations)
+from .models.batch_ensemble_vit import (
+    BatchEnsembleViTConfig,
+    BatchEnsembleViTForImageClassification,
+    BatchEnsembleViTModel,
+)
 from .models.deep_ensemble import DeepEnsembleConfig, DeepEnsembleForImageClassification
 from .models.duo import DuoConfig, DuoForImageClassification, DuoImageProcessor
 from .models.temperature_scaled import (
@@ -28,9 +34,16 @@ from .models.temperature_scaled import (
 from .models.tiny import tiny_cnn, tiny_image_processor, tiny_vit
 from .training import fit_classifier
 
+BatchEnsembleViT = BatchEnsembleViTForImageClassification
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchEnsembleLinear",
+    "BatchEnsembleViT",
+    "BatchEnsembleViTConfig",
+    "BatchEnsembleViTForImageClassification",
+    "BatchEnsembleViTModel",
     "DIGITS_ID2LABEL",
     "DIGITS_LABELS",
     "OOD_SPLITS",

@@ -136,3 +136,17 @@ def test_stock_trainer_does_not_decay_fast_weights_or_member_biases(tmp_path):
     assert names == [f"{i}.{n}" for i in (0, 2) for n in FAST_WEIGHT_NAMES]
     trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True))
     assert sorted(trainer.get_decay_parameter_names(model)) == ["0.weight", "2.weight"]
+
+
+def test_scale_input_in_place_only_without_autograd():
+    torch.manual_seed(0)
+    layer = BatchEnsembleLinear(8, 6, M, fast_weight_init="normal", scale_input_in_place=True)
+    x = torch.randn(M * B, 8)
+    expected = BatchEnsembleLinear.forward(layer, x.clone())  # autograd on: the input is left alone
+    copy = x.clone()
+    layer(copy)
+    assert torch.equal(copy, x)
+    with torch.no_grad():
+        y = layer(copy)
+    torch.testing.assert_close(y, expected.detach())
+    torch.testing.assert_close(copy, (x.view(M, B, 8) * layer.r.detach().unsqueeze(1)).view(M * B, 8))

@@ -135,6 +135,15 @@ def test_batched_members_equal_separate_vits_with_materialized_weights(vit, pixe
             torch.testing.assert_close(member_logits[i], expected, atol=1e-5, rtol=1e-5)
 
 
+def test_in_place_inference_path_equals_the_autograd_path(vit, pixel_values):
+    model = _convert(vit, fast_weight_init="normal").eval()
+    with_grad = model(pixel_values).member_logits.detach()
+    with torch.inference_mode():
+        torch.testing.assert_close(model(pixel_values).member_logits, with_grad)
+    in_place = {n for n, m in model.named_modules() if isinstance(m, BatchEnsembleLinear) and m.scale_input_in_place}
+    assert {n.split(".", 3)[3] for n in in_place} == {"attention.v_proj", "attention.o_proj", "mlp.fc1", "mlp.fc2"}
+
+
 def test_latent_ensemble_runs_the_shared_blocks_once(vit, pixel_values):
     k = 2
     model = _convert(vit, ensemble_layers=[-2, -1]).eval()

@@ -33,11 +33,17 @@ _BLOCK_LINEARS = {
     "attention": ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.o_proj"),
     "mlp": ("mlp.fc1", "mlp.fc2"),
 }
+#: Linear layers whose input is a temporary read by nothing else in transformers' `ViTLayer.forward` (the layer
+#: norms' and activation's outputs, the attention output; `v_proj` is the last of q / k / v to read the normed
+#: input): without autograd their BatchEnsemble layers scale the input in place.
+_PRIVATE_INPUTS = ("attention.v_proj", "attention.o_proj", "mlp.fc1", "mlp.fc2")
 #: `ViTConfig` fields that are not copied into a converted model's config.
 _NOT_COPIED = ("model_type", "architectures", "transformers_version", "auto_map", "_name_or_path")
 
 
-def _batch_ensemble_linear(linear: nn.Linear, config: BatchEnsembleViTConfig) -> BatchEnsembleLinear:
+def _batch_ensemble_linear(
+    linear: nn.Linear, config: BatchEnsembleViTConfig, scale_input_in_place: bool = False
+) -> BatchEnsembleLinear:
     return BatchEnsembleLinear(
         linear.in_features,
         linear.out_features,
@@ -45,6 +51,7 @@ def _batch_ensemble_linear(linear: nn.Linear, config: BatchEnsembleViTConfig) ->
         bias=linear.bias is not None,
         fast_weight_init=config.fast_weight_init,
         fast_weight_init_std=config.fast_weight_init_std,
+        scale_input_in_place=scale_input_in_place,
     )
 
 
@@ -54,7 +61,8 @@ def _ensemble_block(layer: ViTLayer, config: BatchEnsembleViTConfig) -> None:
         for path in _BLOCK_LINEARS.get(sublayer, ()):
             parent_path, _, name = path.rpartition(".")
             parent = layer.get_submodule(parent_path)
-            setattr(parent, name, _batch_ensemble_linear(getattr(parent, name), config))
+            replacement = _batch_ensemble_linear(getattr(parent, name), config, path in _PRIVATE_INPUTS)
+            setattr(parent, name, replacement)
 
 
 class BatchEnsembleViTPreTrainedModel(HfUqPreTrainedModel):
