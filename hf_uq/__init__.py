@@ -32,6 +32,7 @@ from .models.temperature_scaled import (
     TemperatureScaledForImageClassification,
 )
 from .models.tiny import tiny_cnn, tiny_image_processor, tiny_vit
+from .quantization import QuantizationInfo, load_quantized, quantize
 from .training import fit_classifier
 
 BatchEnsembleViT = BatchEnsembleViTForImageClassification
@@ -39,6 +40,9 @@ BatchEnsembleViT = BatchEnsembleViTForImageClassification
 __version__ = "0.1.0"
 
 __all__ = [
+    "QuantizationInfo",
+    "load_quantized",
+    "quantize",
     "BatchEnsembleLinear",
     "BatchEnsembleViT",
     "BatchEnsembleViTConfig",
