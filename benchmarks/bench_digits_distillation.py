@@ -1,7 +1,7 @@
 """Ensemble Distribution Distillation on the embedded digits: does one Dirichlet student keep the ensemble's
 uncertainty?
 
-    python benchmarks/bench_digits_distillation.py                          # seeds 0 1 2, ~10-15 min on 2 cores
+    python benchmarks/bench_digits_distillation.py                          # seeds 0 1 2, ~10-25 min on 2 cores
     python benchmarks/bench_digits_distillation.py --cache /tmp/hf_uq_edd   # keep / reuse the trained models
     python benchmarks/bench_digits_distillation.py --seeds 0 --bootstrap 200  # a quick look
 
@@ -27,7 +27,12 @@ AUROC (near: digits 8/9, far: photo patches) of each model's default `uncertaint
 the teacher and the students, 1 - max p for the single model). **Fidelity**: Spearman correlation
 (`hf_uq.functional.fidelity`) between the student's epistemic uncertainty and the teacher's mutual information on
 test + ood_near + ood_far, per seed (target >= 0.7). **Latency**: the student's P50 over its bare backbone's
-(a `ViTForImageClassification`), interleaved in one run (`hf_uq.evaluation.compare_latency`; target <= 1.05).
+(a `ViTForImageClassification`; the same module, so only the Dirichlet head differs), interleaved in one run on one
+thread (`hf_uq.evaluation.compare_latency`; target <= 1.05), with the median over rounds of the paired ratio next to
+it. Two backbones: the trained digits student (a 0.14M-parameter ViT whose forward is a few milliseconds, so the
+head's ~15 small-tensor operations, a fixed ~0.1-0.5 ms depending on machine load, weigh several percent), and a
+ViT-Tiny-shaped student (hidden 192, 12 layers, 32x32 inputs, random weights: latency does not depend on them), the
+size at which `benchmarks/bench_duo.py` measures too.
 
 Models are trained in `--workers` processes with one thread each and saved to `--cache` (a temporary folder,
 deleted at the end, unless given); nothing is written to the repository.
@@ -146,7 +151,8 @@ def _member_path(cache: str, seed: int, member: int, epochs: float) -> str:
 
 
 def _student_tag(args: argparse.Namespace, loss: str) -> str:
-    return (f"student_{loss}_x{args.extra:g}_e{args.student_epochs:g}_t{args.temperature:g}_"
+    kinds = "" if tuple(args.extra_kinds) == ("mixup", "augment") else "_" + "-".join(args.extra_kinds)
+    return (f"student_{loss}_x{args.extra:g}{kinds}_e{args.student_epochs:g}_t{args.temperature:g}_"
             f"s{args.smoothing:g}_lr{args.student_lr:g}")
 
 
@@ -173,7 +179,7 @@ def _train_student(job: dict) -> tuple[str, float]:
     seed = job["seed"]
     bench = load_digits_benchmark(seed, include_ood=False, shifts=())
     pixels, labels = split_tensors(bench["train"])
-    extra = extra_inputs(pixels, labels, job["extra"], seed)
+    extra = extra_inputs(pixels, labels, job["extra"], seed, tuple(job["extra_kinds"]))
     train = Rows(torch.cat([pixels, extra]), torch.cat([labels, torch.full((len(extra),), -100)]))
     members = [AutoModelForImageClassification.from_pretrained(p).eval() for p in job["members"]]
     student = DirichletStudent.from_backbone(tiny_vit(seed=1000 * seed + 777))
@@ -217,6 +223,7 @@ def train_all(args: argparse.Namespace, cache: str) -> dict:
     students = {(seed, loss): os.path.join(cache, f"seed{seed}", _student_tag(args, loss))
                 for seed in args.seeds for loss in STUDENTS.values()}
     _run([{"seed": seed, "loss": loss, "path": path, "members": members[seed], "extra": args.extra,
+           "extra_kinds": args.extra_kinds,
            "epochs": args.student_epochs, "lr": args.student_lr, "temperature": args.temperature,
            "smoothing": args.smoothing} for (seed, loss), path in students.items()],
          _train_student, args.workers, "students")
@@ -255,19 +262,29 @@ def evaluate_seed(paths: dict, seed: int) -> dict:
     return {"predictions": predictions, "fidelity": fid, "student": models["EnD^2 student"]}
 
 
-def latency(student, repeats: int, batch_sizes: list[int]) -> dict:
-    """Per batch size: P50 of the student and of its bare backbone (the same module), interleaved on one thread,
-    and the median over rounds of the paired ratio student / backbone (each round times both back to back, so
-    the paired ratio is robust to load changes between rounds on a shared machine)."""
-    result = {}
-    for batch_size in batch_sizes:
-        pixel_values = torch.randn(batch_size, 3, 16, 16, generator=torch.Generator().manual_seed(0))
-        stats = compare_latency({"backbone": student.backbone, "student": student}, pixel_values, warmup=10,
-                                repeats=repeats, threads=1)
-        paired = np.median(np.asarray(stats["student"].times) / np.asarray(stats["backbone"].times))
-        result[batch_size] = {"backbone": stats["backbone"].p50, "student": stats["student"].p50,
-                              "paired": float(paired)}
-    return result
+def latency(models: dict, repeats: dict) -> list[dict]:
+    """Per student and batch size: P50 of the student and of its bare backbone (the same module), interleaved on
+    one thread, and the median over rounds of the paired ratio student / backbone (each round times both back to
+    back, so the paired ratio is robust to load changes between rounds on a shared machine)."""
+    rows = []
+    for name, (student, image_size) in models.items():
+        for batch_size, n in repeats[name].items():
+            pixel_values = torch.randn(batch_size, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
+            stats = compare_latency({"backbone": student.backbone, "student": student}, pixel_values, warmup=5,
+                                    repeats=n, threads=1)
+            paired = np.median(np.asarray(stats["student"].times) / np.asarray(stats["backbone"].times))
+            rows.append({"model": name, "batch": batch_size, "repeats": n, "backbone": stats["backbone"].p50,
+                         "student": stats["student"].p50, "paired": float(paired)})
+    return rows
+
+
+def latency_models(trained_student) -> tuple[dict, dict]:
+    """The trained digits student and a ViT-Tiny-shaped one, with the batch sizes and repeats to time them at."""
+    shape = dict(image_size=32, hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768)
+    vit_tiny = DirichletStudent.from_backbone(tiny_vit(seed=0, **shape)).eval()
+    models = {"digits student (tiny ViT, 16x16)": (trained_student, 16), "ViT-Tiny shape (192x12, 32x32)": (vit_tiny, 32)}
+    repeats = {"digits student (tiny ViT, 16x16)": {64: 300, 1: 300}, "ViT-Tiny shape (192x12, 32x32)": {8: 40, 1: 100}}
+    return models, repeats
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -294,12 +311,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--student-epochs", type=float, default=30)
     parser.add_argument("--student-lr", type=float, default=3e-3)
     parser.add_argument("--extra", type=float, default=4.0, help="unlabelled extra inputs per training image")
+    parser.add_argument("--extra-kinds", nargs="+", default=["mixup", "augment"], choices=sorted(EXTRA_KINDS),
+                        help="kinds of extra inputs, in equal shares")
     parser.add_argument("--temperature", type=float, default=2.5, help="initial distillation temperature")
     parser.add_argument("--smoothing", type=float, default=1e-4, help="central smoothing of the teacher targets")
     parser.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples per interval")
-    parser.add_argument("--latency-repeats", type=int, default=300)
-    parser.add_argument("--latency-batch", type=int, nargs="+", default=[64, 1],
-                        help="batch sizes of the latency check (the target applies to the first)")
     parser.add_argument("--workers", type=int, default=2, help="training processes (one thread each)")
     parser.add_argument("--cache", default=None, help="folder to keep / reuse trained models (default: temporary)")
     args = parser.parse_args(argv)
@@ -312,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict:
         paths = train_all(args, cache)
         trained = time.perf_counter()
         per_seed = [evaluate_seed(paths, seed) for seed in tqdm(args.seeds, desc="evaluating seeds")]
-        p50 = latency(per_seed[0]["student"], args.latency_repeats, args.latency_batch)
+        timings = latency(*latency_models(per_seed[0]["student"]))
     finally:
         if args.cache is None:
             shutil.rmtree(cache, ignore_errors=True)
@@ -332,7 +348,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{args.bootstrap} resamples stratified by seed)\n")
     print(f"Students: tiny ViT backbone, {args.student_epochs:g} epochs, lr {args.student_lr:g}, T0 {args.temperature:g} "
           f"(linear to 1 over half of training), smoothing {args.smoothing:g}, {args.extra:g} extra unlabelled "
-          "inputs per training image (mixup + augmentation of training digits).\n")
+          f"inputs per training image ({' + '.join(args.extra_kinds)} of training digits).\n")
     n_test = sum(len(p) for p in preds["single"]["test"])
     print(_table(f"Clean test ({n_test} samples over {len(args.seeds)} seeds) and OOD (near: digits 8/9, far: "
                  "photo patches); OOD score = each model's default `uncertainty`", test_scores, COLUMNS + OOD_COLUMNS))
@@ -347,18 +363,17 @@ def main(argv: list[str] | None = None) -> dict:
                           - test_scores['teacher'][f'{split}/auroc'].estimate) for split in OOD_SPLITS}
     print("OOD AUROC, student - teacher (points): " + ", ".join(f"{k} {v:+.1f}" for k, v in gaps.items())
           + " (target >= -3)")
-    ratios = {batch: times["student"] / times["backbone"] for batch, times in p50.items()}
-    for batch, times in p50.items():
-        target = " (target <= 1.05)" if batch == args.latency_batch[0] else " (fixed per-call cost, for reference)"
-        print(f"Latency, batch {batch}, 1 thread, {args.latency_repeats} interleaved rounds: P50 backbone "
-              f"{1e3 * times['backbone']:.3f} ms, student {1e3 * times['student']:.3f} ms, ratio of P50s "
-              f"{ratios[batch]:.3f}, median paired ratio {times['paired']:.3f}{target}")
-    print(f"(load average at the end of the latency check: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-    ratio = ratios[args.latency_batch[0]]
+    print("\nLatency, student / backbone (1 thread, interleaved; target <= 1.05):\n")
+    print("| model | batch | rounds | P50 backbone [ms] | P50 student [ms] | ratio of P50s | median paired ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for row in timings:
+        print(f"| {row['model']} | {row['batch']} | {row['repeats']} | {1e3 * row['backbone']:.3f} | "
+              f"{1e3 * row['student']:.3f} | {row['student'] / row['backbone']:.3f} | {row['paired']:.3f} |")
+    print(f"\n(load average at the end of the latency check: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     print(f"\nWall time: {done - start:.0f}s (training {trained - start:.0f}s, prediction + latency "
           f"{evaluated - trained:.0f}s, bootstrap {done - evaluated:.0f}s); torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, {args.workers} training workers.")
-    return {"test": test_scores, "shift": shift_scores, "fidelity": fids, "ood_gap": gaps, "latency_ratio": ratio}
+    return {"test": test_scores, "shift": shift_scores, "fidelity": fids, "ood_gap": gaps, "latency": timings}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Ensemble Distribution Distillation: a 5-member deep ensemble of tiny ViTs into one Dirichlet student.
 
-    python examples/distill_dirichlet.py                      # ~5-10 min on 2 CPU cores
+    python examples/distill_dirichlet.py                      # ~2-3 min on 2 idle CPU cores
     python examples/distill_dirichlet.py --members 2 --epochs 1 --student-epochs 1 --output /tmp/student
 
 Trains the teacher's members on the embedded digits benchmark (no network), distills the ensemble into a

@@ -26,6 +26,11 @@ from .models.batch_ensemble_vit import (
     BatchEnsembleViTModel,
 )
 from .models.deep_ensemble import DeepEnsembleConfig, DeepEnsembleForImageClassification
+from .models.dirichlet_student import (
+    DirichletStudent,
+    DirichletStudentConfig,
+    DirichletStudentForImageClassification,
+)
 from .models.duo import DuoConfig, DuoForImageClassification, DuoImageProcessor
 from .models.temperature_scaled import (
     TemperatureScaledConfig,
@@ -33,6 +38,7 @@ from .models.temperature_scaled import (
 )
 from .models.tiny import tiny_cnn, tiny_image_processor, tiny_vit
 from .quantization import QuantizationInfo, load_quantized, quantize
+from .trainer import EnsembleDistillationConfig, EnsembleDistillationTrainer
 from .training import fit_classifier
 
 BatchEnsembleViT = BatchEnsembleViTForImageClassification
@@ -40,6 +46,11 @@ BatchEnsembleViT = BatchEnsembleViTForImageClassification
 __version__ = "0.1.0"
 
 __all__ = [
+    "DirichletStudent",
+    "DirichletStudentConfig",
+    "DirichletStudentForImageClassification",
+    "EnsembleDistillationConfig",
+    "EnsembleDistillationTrainer",
     "QuantizationInfo",
     "load_quantized",
     "quantize",

@@ -7,6 +7,14 @@ and report calls these functions so each definition lives exactly once (DESIGN.m
 from .bootstrap import BootstrapInterval, bootstrap_indices, bootstrap_interval
 from .classification import CalibrationBins, accuracy, brier, calibration_bins, ece, nll, top_label
 from .decomposition import dirichlet_uncertainty, ensemble_uncertainty
+from .dirichlet import (
+    DIRICHLET_PROB_FLOOR,
+    dirichlet_log_prob,
+    dirichlet_nll,
+    mean_distillation_kl,
+    smooth_log_probs,
+    tempered_dirichlet_nll,
+)
 from .fidelity import FIDELITY_THRESHOLD, fidelity
 from .ranking import aupr_ood, cp_auroc, fpr_at_95, ood_auroc, ood_metrics
 from .scores import energy, entropy, margin, max_logit, msp
@@ -22,6 +30,12 @@ from .selective import (
 from .temperature import TemperedNLL, fuse_logits, tempered_nll, tempered_nll_grad
 
 __all__ = [
+    "DIRICHLET_PROB_FLOOR",
+    "dirichlet_log_prob",
+    "dirichlet_nll",
+    "mean_distillation_kl",
+    "smooth_log_probs",
+    "tempered_dirichlet_nll",
     "FIDELITY_THRESHOLD",
     "BootstrapInterval",
     "CalibrationBins",

@@ -100,7 +100,7 @@ def _bin_statistics(
     # bins are (lo, hi] and 0 lands in bin 0. torch.bucketize is multi-threaded and several
     # times faster than np.searchsorted here.
     inner = _edges_for(confidence.dtype, edges[1:-1])
-    if confidence.size < _TORCH_MIN_SIZE:
+    if confidence.size < _TORCH_MIN_SIZE // 16:
         index = np.searchsorted(inner, confidence, side="left")
     else:
         index = torch.bucketize(torch.from_numpy(confidence), torch.from_numpy(inner)).numpy()
