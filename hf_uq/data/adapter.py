@@ -223,7 +223,7 @@ def load_image_dataset(
     )
 
 
-def _processor_num_channels(image_processor: Any) -> int | None:
+def processor_num_channels(image_processor: Any) -> int | None:
     """Number of input channels an image processor produces, when it can be told."""
     data_config = getattr(image_processor, "data_config", None)  # timm-based processors
     if isinstance(data_config, Mapping) and "input_size" in data_config:
@@ -299,7 +299,7 @@ def with_pixel_values(
         The same type as `dataset`, yielding `{"pixel_values": Tensor[C, H, W], "labels": int}` per row.
     """
     if num_channels is None:
-        num_channels = _processor_num_channels(image_processor) or 3
+        num_channels = processor_num_channels(image_processor) or 3
     if num_channels not in (1, 3):
         raise ValueError(f"num_channels must be 1 or 3, got {num_channels}")
     columns = dataset.column_names

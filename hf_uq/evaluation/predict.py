@@ -19,6 +19,7 @@ from datasets import Dataset
 from PIL import Image as PILImage
 from torch import nn
 
+from ..data.adapter import processor_num_channels
 from ..functional.classification import top_label
 from ..functional.scores import msp
 
@@ -152,16 +153,6 @@ def _shape_of(value: Any) -> str:
 # ------------------------------------------------------------------------------------------ batches
 
 
-def _declared_channels(image_processor: Any) -> int | None:
-    data_config = getattr(image_processor, "data_config", None)  # timm-based processors
-    if isinstance(data_config, Mapping) and "input_size" in data_config:
-        return int(data_config["input_size"][0])
-    mean = getattr(image_processor, "image_mean", None)
-    if isinstance(mean, Sequence) and not isinstance(mean, str):
-        return len(mean)
-    return None
-
-
 def _to_pil(image: Any, mode: str) -> PILImage.Image:
     if not isinstance(image, PILImage.Image):
         image = PILImage.fromarray(np.asarray(image))
@@ -231,7 +222,7 @@ def iter_batches(
 def _generate_batches(
     dataset_split: Dataset, image_processor: Any, batch_size: int, preprocessed: bool, label_key: str | None
 ) -> Iterator[dict[str, torch.Tensor]]:
-    mode = "L" if _declared_channels(image_processor) == 1 else "RGB"
+    mode = "L" if processor_num_channels(image_processor) == 1 else "RGB"
     input_names = list(getattr(image_processor, "model_input_names", None) or ["pixel_values"])
     for start in range(0, len(dataset_split), batch_size):
         rows = dataset_split[start : start + batch_size]
