@@ -291,8 +291,10 @@ metrics = trainer.evaluate()
 state = PartialState()
 weights = torch.cat([p.detach().flatten() for p in student.parameters()])
 torch.save(weights, f"{sys.argv[1]}/weights_{state.process_index}_of_{state.num_processes}.pt")
-print(f"rank {state.process_index}/{state.num_processes} steps {result.global_step} "
-      f"fidelity {metrics['eval_fidelity']:.6f}", flush=True)
+# one file per rank: two processes printing to one pipe can glue their lines together
+with open(f"{sys.argv[1]}/report_{state.process_index}.txt", "w") as report:
+    report.write(f"rank {state.process_index}/{state.num_processes} steps {result.global_step} "
+                 f"fidelity {metrics['eval_fidelity']:.6f}")
 """
 
 
@@ -313,7 +315,7 @@ def test_accelerate_launch_two_processes(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     elapsed = time.perf_counter() - start
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    lines = sorted(report.read_text() for report in (tmp_path / "ddp").glob("report_*.txt"))
     assert [line.split()[1] for line in lines] == ["0/2", "1/2"], result.stdout
     assert all(" steps 4 " in line for line in lines)
     assert len({line.split(" fidelity ")[1] for line in lines}) == 1  # metrics gathered over both processes
