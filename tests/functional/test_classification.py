@@ -44,6 +44,26 @@ def test_ece_bin_edges_are_left_open():
     np.testing.assert_array_equal(stats32.counts, stats64.counts)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n_bins", [1, 7, 15, 100])
+def test_uniform_bins_on_and_around_every_edge_match_a_search(dtype, n_bins):
+    # large inputs take the search-free path (floor + exact-edge correction); every edge, its
+    # float neighbours and random values must land where the exact (lo, hi] search puts them
+    from hf_uq.functional.classification import _bin_statistics
+
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    exact = np.concatenate([edges, np.nextafter(edges, -1), np.nextafter(edges, 2)]).astype(dtype)
+    rng = np.random.default_rng(n_bins)
+    confidence = np.clip(np.concatenate([np.tile(exact, 300), rng.random(70_000).astype(dtype)]), 0, 1)
+    correct = rng.random(len(confidence)) < 0.5
+    fast = _bin_statistics(confidence, correct, n_bins, "uniform")
+    # reference: the float64 comparison with the float64 edges, bin m = (e_m, e_m+1], 0 in bin 0
+    c64 = confidence.astype(np.float64)
+    index = np.maximum(np.searchsorted(edges, c64, side="left") - 1, 0)
+    np.testing.assert_array_equal(fast.counts, np.bincount(index, minlength=n_bins))
+    np.testing.assert_allclose(fast.accuracy, np.bincount(index, correct, n_bins) / fast.counts)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_ece_matches_torchmetrics(seed):
     probs, labels = _probs(3000, 10, seed)
