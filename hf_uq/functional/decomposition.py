@@ -32,15 +32,24 @@ def ensemble_uncertainty(member_probs: Any) -> dict[str, Any]:
             (("total", total), ("aleatoric", aleatoric), ("epistemic", epistemic))}
 
 
-def dirichlet_uncertainty(alphas: Any) -> dict[str, Any]:
+def dirichlet_uncertainty(alphas: Any, validate: bool = True) -> dict[str, Any]:
     """Decompose a Dirichlet prediction: ``{"total", "aleatoric", "epistemic"}``, each (N,).
 
     Args:
         alphas: (N, C) positive concentrations.
+        validate: check shape, finiteness and positivity (each check is a pass over the data
+            and a device sync). ``False`` is for callers that produce ``alphas`` themselves
+            within known bounds (``DirichletStudentForImageClassification``'s forward): it
+            requires a floating ``torch.Tensor`` and trusts it.
     """
-    a, was_torch = as_tensor(alphas, "alphas", 2, "(n_samples, n_classes)")
-    if bool((a <= 0).any()):
-        raise ValueError(f"`alphas` must be positive, got minimum {float(a.min())}")
+    if validate:
+        a, was_torch = as_tensor(alphas, "alphas", 2, "(n_samples, n_classes)")
+        if bool((a <= 0).any()):
+            raise ValueError(f"`alphas` must be positive, got minimum {float(a.min())}")
+    elif isinstance(alphas, torch.Tensor) and torch.is_floating_point(alphas):
+        a, was_torch = alphas, True
+    else:
+        raise ValueError("`validate=False` needs a floating torch.Tensor of concentrations")
     alpha0 = a.sum(dim=-1, keepdim=True)
     mean = a / alpha0
     total = entropy_of(mean)

@@ -77,6 +77,15 @@ def test_dirichlet_rejects_non_positive():
         F.dirichlet_uncertainty([[1.0, 0.0]])
 
 
+def test_dirichlet_unvalidated_path_gives_the_same_terms():
+    a = torch.from_numpy(np.random.default_rng(1).gamma(2.0, 2.0, size=(20, 5)) + 0.05)
+    checked, trusted = F.dirichlet_uncertainty(a), F.dirichlet_uncertainty(a, validate=False)
+    for key in ("total", "aleatoric", "epistemic"):
+        torch.testing.assert_close(trusted[key], checked[key], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="floating torch.Tensor"):
+        F.dirichlet_uncertainty(a.numpy(), validate=False)
+
+
 def test_fidelity_matches_scipy_spearman():
     rng = np.random.default_rng(0)
     a = np.round(rng.random(500), 1)  # ties
