@@ -16,6 +16,16 @@ from .budget import (
 )
 from .flops import member_flops
 from .predict import Predictions, iter_batches, predict
+from .protocol import (
+    BUDGET_KEYS,
+    FAMILIES,
+    RouteSpec,
+    build_results,
+    fits_budget,
+    measure_budgets,
+    parse_budget,
+    predict_routes,
+)
 from .quantization import (
     DEFAULT_BOUNDS,
     DriftBounds,
@@ -23,6 +33,15 @@ from .quantization import (
     default_quantization_grid,
     quantization_drift,
     select_quantization,
+)
+from .results_io import (
+    SCHEMA,
+    collect_versions,
+    load_predictions,
+    load_results,
+    route_slug,
+    save_predictions,
+    write_results,
 )
 from .scoring import (
     HIGHER_IS_BETTER,
@@ -59,6 +78,22 @@ __all__ = [
     "score_difference",
     "score_pooled",
     "score_split",
+    # protocol / results.json
+    "BUDGET_KEYS",
+    "FAMILIES",
+    "SCHEMA",
+    "RouteSpec",
+    "build_results",
+    "collect_versions",
+    "fits_budget",
+    "load_predictions",
+    "load_results",
+    "measure_budgets",
+    "parse_budget",
+    "predict_routes",
+    "route_slug",
+    "save_predictions",
+    "write_results",
     # quantization drift / selection
     "DEFAULT_BOUNDS",
     "DriftBounds",
