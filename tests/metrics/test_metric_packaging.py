@@ -96,7 +96,7 @@ def _copy_source(dest: Path) -> Path:
     dest.mkdir()
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, dest / name)
-    for name in ("hf_uq", "metrics"):
+    for name in ("hf_uq", "metrics", "model_cards"):
         shutil.copytree(ROOT / name, dest / name, ignore=ignore)
     return dest
 
