@@ -50,7 +50,9 @@ def _one_line(error: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `hf-uq` console script; returns the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as typed, for the `command` recorded in results.json
     if getattr(args, "run", None) is None:
         parser.print_help()
         return EXIT_BAD_INPUT

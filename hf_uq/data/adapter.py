@@ -12,13 +12,13 @@ import torch
 from datasets import Dataset, DatasetDict, Image, Value, load_dataset, load_from_disk
 from PIL import Image as PILImage
 
-__all__ = ["load_image_dataset", "with_pixel_values"]
+__all__ = ["load_image_dataset", "looks_like_local_path", "saved_splits", "with_pixel_values"]
 
 #: Value used in `labels` for samples without a label (ignored by `torch.nn.CrossEntropyLoss`).
 IGNORE_INDEX = -100
 
 
-def _looks_like_local_path(path_or_id: str | os.PathLike) -> bool:
+def looks_like_local_path(path_or_id: str | os.PathLike) -> bool:
     """Whether `path_or_id` names a local path rather than a Hub id such as `"cifar10"` or `"uoft-cs/cifar10"`."""
     if isinstance(path_or_id, os.PathLike):
         return True
@@ -32,7 +32,7 @@ def _looks_like_local_path(path_or_id: str | os.PathLike) -> bool:
     )
 
 
-def _saved_splits(folder: str) -> list[str] | None:
+def saved_splits(folder: str) -> list[str] | None:
     """Split names of a `DatasetDict.save_to_disk` folder; `[]` for a single saved `Dataset`; `None` otherwise."""
     dict_file = os.path.join(folder, "dataset_dict.json")
     if os.path.isfile(dict_file):
@@ -61,7 +61,7 @@ def _load_local(folder: str, split: str | None, source: str, **kwargs) -> Datase
             f"{source!r} is a file; expected a folder written by `save_to_disk` or an image folder with one "
             "subfolder per class."
         )
-    splits = _saved_splits(folder)
+    splits = saved_splits(folder)
     if splits == []:
         return _load_saved_split(folder, split or "dataset", source, **kwargs)
     if splits is not None:
@@ -192,7 +192,7 @@ def load_image_dataset(
         )
     source = os.fspath(path_or_id)
     expanded = os.path.expanduser(source)
-    if os.path.exists(expanded) or _looks_like_local_path(path_or_id):
+    if os.path.exists(expanded) or looks_like_local_path(path_or_id):
         loaded = _load_local(expanded, split, source, **kwargs)
     else:
         loaded = _load_hub(source, split, **kwargs)
