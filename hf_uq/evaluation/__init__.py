@@ -34,6 +34,7 @@ from .quantization import (
     quantization_drift,
     select_quantization,
 )
+from .report import PLOT_FILES, write_report
 from .results_io import (
     SCHEMA,
     collect_versions,
@@ -94,6 +95,9 @@ __all__ = [
     "route_slug",
     "save_predictions",
     "write_results",
+    # report
+    "PLOT_FILES",
+    "write_report",
     # quantization drift / selection
     "DEFAULT_BOUNDS",
     "DriftBounds",
