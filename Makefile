@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slow test-all lint bench clean
+.PHONY: install test test-slow test-all lint bench demo clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_metrics.py
+
+# The embedded benchmark end to end (3 seeds, every route): hf_uq_benchmark/report.html; re-runs reuse the models.
+demo: $(STAMP)
+	$(VENV)/bin/hf-uq benchmark --output hf_uq_benchmark
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache
