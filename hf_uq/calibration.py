@@ -366,7 +366,7 @@ def fit_temperatures(
             RuntimeWarning,
             stacklevel=2,
         )
-    _warn_if_degenerate(logits_list, labels, fit, stacklevel=3)
+    _warn_if_degenerate(logits_list, labels, fit, bounds, stacklevel=3)
     return list(fit.temperatures)
 
 
@@ -374,7 +374,9 @@ MIN_CALIBRATION_ERRORS = 5
 """Below this many misclassified calibration samples the NLL optimum sharpens without limit."""
 
 
-def _warn_if_degenerate(logits_list: Any, labels: Any, fit: TemperatureFit, stacklevel: int) -> None:
+def _warn_if_degenerate(
+    logits_list: Any, labels: Any, fit: TemperatureFit, bounds: tuple[float, float], stacklevel: int
+) -> None:
     """Warn when the calibration set has (almost) no errors: the NLL then keeps falling as every
     temperature shrinks, so the fit sharpens the logits toward its lower bound and says nothing
     about how the model behaves on data it gets wrong."""
@@ -385,11 +387,12 @@ def _warn_if_degenerate(logits_list: Any, labels: Any, fit: TemperatureFit, stac
     y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels)
     errors = int(np.sum(np.argmax(sum(m.astype(np.float64) for m in members), axis=1) != y))
     if errors < MIN_CALIBRATION_ERRORS:
+        advice = (" or bounds=(1.0, 100.0) to forbid sharpening" if bounds[0] < 1.0
+                  else f" (bounds={tuple(bounds)} already forbid sharpening)")
         warnings.warn(
             f"the calibration data has only {errors} misclassified sample(s) of {len(y)}: its NLL "
-            f"keeps falling as the temperatures shrink, so the fitted {fit.temperatures} only "
-            "sharpen the logits. Use a larger or harder calibration split, or bounds=(1.0, 100.0) "
-            "to forbid sharpening.",
+            f"keeps falling as the temperatures shrink, so the fitted {fit.temperatures} say little "
+            f"about how the model behaves when it is wrong. Use a larger or harder calibration split{advice}.",
             RuntimeWarning,
             stacklevel=stacklevel,
         )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -120,3 +124,35 @@ def _iter_params_and_buffers(model: nn.Module) -> Iterator[torch.Tensor]:
     yield from model.buffers()
 
 
+# ------------------------------------------------------------------------------------------ native noise
+
+
+NOISE: tuple[str, ...] = (
+    "USDT:", "profiler_start", "profiler_stop", "gpuGetDeviceCount", "No CUDA runtime is found",
+)
+
+
+@contextlib.contextmanager
+def filtered_stderr(noise: Sequence[str] = NOISE) -> Iterator[None]:
+    """Hold back the lines that native code (the torch profiler's kineto, torch's C++ extension loader) writes to
+    file descriptor 2 while the block runs, and pass every other line on afterwards."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable descriptor 2
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", errors="replace")
+            kept = "".join(line for line in text.splitlines(True) if not any(n in line for n in noise))
+            if kept:
+                os.write(2, kept.encode("utf-8"))

@@ -24,6 +24,7 @@ from ._budget_common import (
     _num_threads,
     _synchronize,
     _to_device,
+    filtered_stderr,
 )
 from .counting import _unique_storage_bytes, weight_bytes
 
@@ -157,8 +158,8 @@ def _cpu_activation_peak(forward: Callable[[], Any]) -> tuple[int, str]:
     """Peak of CPU-allocator bytes allocated by `forward` above its starting point, from profiler memory events."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        forward()
+    with filtered_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        forward()  # the profiler's native code prints status lines on stderr: held back
     try:
         from torch._C._profiler import _EventType
 
@@ -209,8 +210,8 @@ def peak_memory(model: nn.Module, inputs: Inputs, *, warmup: int = 1) -> MemoryS
     memory); the profiler's internal private API is used, with a coarser public-API fallback (op-level
     running sum, `method="profiler-op-events"`). `warmup` (>= 1) unmeasured forwards run first so that lazy
     one-time work (e.g. bitsandbytes quantizing on first call) is not counted. Runs under
-    `torch.inference_mode()`, or `torch.no_grad()` for a model that cannot. The profiler prints kineto status
-    lines to stderr.
+    `torch.inference_mode()`, or `torch.no_grad()` for a model that cannot. The status lines the profiler's
+    native code prints on stderr are held back ([`filtered_stderr`]).
     """
     _check_model(model)
     warmup = _check_int("warmup", warmup, 1)

@@ -21,7 +21,6 @@ import math
 import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -31,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from ._budget_common import filtered_stderr
 
 __all__ = [
     "RECIPE_FILE", "Task", "TrainJob", "filtered_stderr", "is_cached", "run_tasks", "train_model", "worker_pool",
@@ -243,37 +244,6 @@ def train_model(job: TrainJob) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ scheduler
-
-
-NOISE: tuple[str, ...] = (
-    "USDT:", "profiler_start", "profiler_stop", "gpuGetDeviceCount", "No CUDA runtime is found",
-)
-
-
-@contextlib.contextmanager
-def filtered_stderr(noise: Sequence[str] = NOISE) -> Iterator[None]:
-    """Hold back the lines that native code (the torch profiler's kineto, torch's C++ extension loader) writes to
-    file descriptor 2 while the block runs, and pass every other line on afterwards."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no usable descriptor 2
-        yield
-        return
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError, ValueError):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            text = capture.read().decode("utf-8", errors="replace")
-            kept = "".join(line for line in text.splitlines(True) if not any(n in line for n in noise))
-            if kept:
-                os.write(2, kept.encode("utf-8"))
 
 
 @contextlib.contextmanager

@@ -114,6 +114,7 @@ def collect_logits(
     dataloader: Iterable[Mapping[str, Any]],
     logits_fn: Callable[[dict[str, Any]], Sequence[torch.Tensor]],
     desc: str,
+    progress: bool = True,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Run ``logits_fn`` over a labelled dataloader in eval mode; the inputs of temperature fitting.
 
@@ -124,6 +125,7 @@ def collect_logits(
             ``labels`` (or ``label``).
         logits_fn: maps one batch (tensors already on the model's device) to a sequence of (B, C) logits.
         desc: the progress bar's description.
+        progress: whether to show the progress bar.
 
     Returns:
         The concatenated float32 CPU logits, one tensor per output of ``logits_fn``, and the (N,) labels.
@@ -136,7 +138,7 @@ def collect_logits(
     outputs: list[list[torch.Tensor]] = []
     labels: list[torch.Tensor] = []
     try:
-        for batch in tqdm(dataloader, desc=desc, leave=False):
+        for batch in tqdm(dataloader, desc=desc, leave=False, disable=not progress):
             if not isinstance(batch, Mapping):
                 raise ValueError(f"every batch must be a mapping of inputs, got {type(batch).__name__}")
             if "labels" not in batch and "label" not in batch:

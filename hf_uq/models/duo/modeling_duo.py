@@ -153,24 +153,31 @@ class DuoForImageClassification(DuoPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
 
-    def collect_member_logits(self, dataloader: Iterable[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run both members over a dataloader of `{"pixel_values", "labels"}` batches (eval mode)."""
+    def collect_member_logits(
+        self, dataloader: Iterable[dict[str, Any]], progress: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run both members over a dataloader of `{"pixel_values", "labels"}` batches (eval mode, with a progress
+        bar unless `progress=False`)."""
 
         def both_members(batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
             return self.member_logits(batch["pixel_values"], batch.get("pixel_values_small"))
 
-        (large, small), labels = collect_logits(self, dataloader, both_members, "duo: member logits")
+        (large, small), labels = collect_logits(self, dataloader, both_members, "duo: member logits", progress)
         return large, small, labels
 
-    def fit_temperatures(self, dataloader: Iterable[dict[str, Any]], **fit_kwargs: Any) -> list[float]:
+    def fit_temperatures(
+        self, dataloader: Iterable[dict[str, Any]], progress: bool = True, **fit_kwargs: Any
+    ) -> list[float]:
         """Fit `[T_large, T_small]` by L-BFGS on the NLL of the fused logits over `dataloader`.
 
         Stores them in `config.temperatures` and returns them. Member weights never change. Use a
-        calibration split that is strictly separate from the test split.
+        calibration split that is strictly separate from the test split. `progress=False` hides the
+        progress bar of the pass over `dataloader`; `fit_kwargs` go to `hf_uq.calibration.fit_temperatures`
+        (e.g. `bounds`, `tol`).
         """
         from ...calibration import fit_temperatures
 
-        large, small, labels = self.collect_member_logits(dataloader)
+        large, small, labels = self.collect_member_logits(dataloader, progress)
         temperatures = fit_temperatures([large, small], labels, **fit_kwargs)
         self.config.temperatures = [float(t) for t in temperatures]
         return self.config.temperatures

@@ -108,26 +108,30 @@ class TemperatureScaledForImageClassification(TemperatureScaledPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
 
-    def collect_logits(self, dataloader: Iterable[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def collect_logits(
+        self, dataloader: Iterable[dict[str, Any]], progress: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The wrapped classifier's raw logits and the labels over a dataloader of `{"pixel_values", "labels"}`
-        batches (eval mode, no gradients)."""
+        batches (eval mode, no gradients; a progress bar unless `progress=False`)."""
 
         def raw_logits(batch: dict[str, Any]) -> tuple[torch.Tensor]:
             return (self.model(pixel_values=check_pixel_values(batch["pixel_values"], "pixel_values")).logits,)
 
-        (logits,), labels = collect_logits(self, dataloader, raw_logits, "temperature scaling: logits")
+        (logits,), labels = collect_logits(self, dataloader, raw_logits, "temperature scaling: logits", progress)
         return logits, labels
 
-    def fit_temperature(self, dataloader: Iterable[dict[str, Any]], **fit_kwargs: Any) -> float:
+    def fit_temperature(
+        self, dataloader: Iterable[dict[str, Any]], progress: bool = True, **fit_kwargs: Any
+    ) -> float:
         """Fit `T` by minimizing the NLL of `z / T` over `dataloader` (`hf_uq.calibration.fit_temperatures`).
 
         Stores it in `config.temperature` and returns it. The classifier's weights never change. Use a
-        calibration split strictly separate from the test split. `fit_kwargs` go to `fit_temperatures`
-        (e.g. `bounds`, `tol`).
+        calibration split strictly separate from the test split. `progress=False` hides the progress bar;
+        `fit_kwargs` go to `fit_temperatures` (e.g. `bounds`, `tol`).
         """
         from ...calibration import fit_temperatures
 
-        logits, labels = self.collect_logits(dataloader)
+        logits, labels = self.collect_logits(dataloader, progress)
         (temperature,) = fit_temperatures([logits], labels, **fit_kwargs)
         self.config.temperature = float(temperature)
         return self.config.temperature
