@@ -12,7 +12,9 @@ The ranking metrics (AURC, E-AURC, SAC, CP-AUROC, and the OOD metrics) all judge
 `uncertainty` score (CP-AUROC uses `-uncertainty` as the confidence); for a plain classifier that score is
 `1 - max p`, so CP-AUROC is the usual AUROC of the maximum probability. `uncertainty_field=` scores another field
 of the predictions instead (e.g. `"epistemic_uncertainty"`). Every number is computed by
-`hf_uq.functional`; this module only resamples and aggregates.
+`hf_uq.functional`; this module only resamples and aggregates. A resample is a multiset of the rows, so each
+batch of resamples is evaluated at once as one matrix of row counts by the weighted forms of the metrics
+(`hf_uq.functional.weighted`), giving the same values as recomputing every metric on every resample.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import functional as F
+from ..functional import weighted as FW
 from ..functional.bootstrap import BootstrapInterval, bootstrap_interval
 from .predict import Predictions
 
@@ -48,28 +50,6 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "accuracy": True, "nll": False, "brier": False, "ece": False, "aurc": False, "e_aurc": False,
     "sac": True, "cp_auroc": True, "auroc": True, "fpr_at_95": False, "aupr": True,
 }
-
-
-def _id_metrics(
-    logits: np.ndarray, probs: np.ndarray, labels: np.ndarray, correct: np.ndarray, uncertainty: np.ndarray,
-    n_bins: int, sac_accuracy: float,
-) -> list[float]:
-    selective = F.selective_metrics(uncertainty, correct, accuracy=sac_accuracy)
-    return [
-        F.accuracy(probs, labels),
-        F.nll(logits, labels, from_logits=True),
-        F.brier(probs, labels),
-        F.ece(probs, labels, n_bins=n_bins),
-        selective["aurc"],
-        selective["e_aurc"],
-        selective["sac"],
-        F.cp_auroc(-uncertainty, correct),
-    ]
-
-
-def _ood_metrics(id_uncertainty: np.ndarray, ood_uncertainty: np.ndarray) -> list[float]:
-    result = F.ood_metrics(id_uncertainty, ood_uncertainty)
-    return [result[name] for name in OOD_METRICS]
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -168,26 +148,38 @@ def _metric_function(
     layout: _Layout, groups: list[Predictions], ood: dict[str, list[Predictions]],
     n_bins: int, sac_accuracy: float, field: str,
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """Maps resampled row positions (within-stratum) to the seed-averaged metric vector."""
-    # whether a row is classified correctly does not change when it is resampled: computed once
-    id_data = [(p.logits, p.probs, p.labels, p.correct, _field(p, field)) for p in groups]
-    ood_data = {name: [_field(p, field) for p in parts] for name, parts in ood.items()}
+    """Maps the row counts of a batch of resamples, (B, size), to the seed-averaged metrics (B, K).
 
-    def metrics(rows: np.ndarray) -> np.ndarray:
+    A resample of a stratum is a multiset of its rows, so every metric is its weighted version
+    (`hf_uq.functional.weighted`) under the resample's row counts, for the whole batch at once; per-row terms
+    and the sorting by uncertainty are done once here.
+    """
+    # whether a row is classified correctly, its terms and its rank do not change when it is resampled
+    seeds = []
+    for k, p in enumerate(groups):
+        u = _field(p, field)
+        seeds.append((
+            FW.WeightedCalibration(p.probs, p.labels, n_bins=n_bins, logits=p.logits),  # NLL from the logits
+            FW.WeightedSelective(u, p.correct),
+            FW.WeightedOOD(u, {name: _field(parts[k], field) for name, parts in ood.items()}),
+        ))
+
+    def metrics(counts: np.ndarray) -> np.ndarray:
+        def block(bounds: tuple[int, int]) -> np.ndarray:
+            return counts[:, bounds[0] : bounds[1]]
+
         per_seed = []
-        for k, ((a, b), (logits, probs, labels, correct, u)) in enumerate(
-            zip(layout.id_blocks, id_data, strict=True)
-        ):
-            i = rows[a:b] - a
-            u_id = u[i]
-            values = _id_metrics(logits[i], probs[i], labels[i], correct[i], u_id, n_bins, sac_accuracy)
-            for name, parts in ood_data.items():
-                c, d = layout.ood_blocks[name][k]
-                values += _ood_metrics(u_id, parts[k][rows[c:d] - c])
-            per_seed.append(values)
+        for k, (calibration, selective, ood_sets) in enumerate(seeds):
+            w = block(layout.id_blocks[k])
+            result = calibration(w) | selective(w, accuracy=sac_accuracy)
+            values = [result[name] for name in ID_METRICS]
+            if ood:
+                results = ood_sets(w, {name: block(layout.ood_blocks[name][k]) for name in ood})
+                values += [results[name][metric] for name in ood for metric in OOD_METRICS]
+            per_seed.append(np.stack(values, axis=1))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a seed with an undefined metric is skipped
-            return np.nanmean(np.asarray(per_seed, dtype=np.float64), axis=0)
+            return np.nanmean(np.stack(per_seed, axis=1), axis=1)
 
     return metrics
 
@@ -197,20 +189,24 @@ def _names(ood: Mapping[str, Any]) -> list[str]:
 
 
 def _run(
-    statistic: Callable[[np.ndarray], np.ndarray], layout: _Layout, names: list[str],
+    metrics: Callable[[np.ndarray], np.ndarray], layout: _Layout, names: list[str],
     bootstrap: int, confidence: float, seed: int,
 ) -> dict[str, BootstrapInterval]:
+    def statistic(rows: np.ndarray) -> np.ndarray:
+        # a batch of resample indices (each row stays in its stratum) -> row counts, whose blocks are the strata
+        return metrics(FW.resample_counts(rows, layout.size))
+
     threads = torch.get_num_threads()
     try:
-        # thousands of metric calls on arrays of a few thousand rows: torch's intra-op thread pool only adds
-        # overhead there, and on a busy machine a 2-thread row max costs milliseconds instead of microseconds
+        # torch's intra-op thread pool (the row max of large inputs) only adds overhead here, and on a busy
+        # machine a 2-thread row max costs milliseconds instead of microseconds
         torch.set_num_threads(1)
         with warnings.catch_warnings():
             # a resample with no error (or no correct sample) has no CP-AUROC; bootstrap_interval drops it
             warnings.filterwarnings("ignore", message="cp_auroc is undefined")
             result = bootstrap_interval(
                 statistic, np.arange(layout.size), n_resamples=bootstrap, confidence=confidence,
-                seed=seed, groups=layout.strata,
+                seed=seed, groups=layout.strata, vectorized=True,
             )
     finally:
         torch.set_num_threads(threads)
@@ -223,8 +219,8 @@ def _run(
 def _score(pred_id, ood, pooled, bootstrap, confidence, seed, n_bins, sac_accuracy, field):
     groups, checked = _check_inputs(pred_id, ood, pooled)
     layout = _Layout(groups, checked)
-    statistic = _metric_function(layout, groups, checked, n_bins, sac_accuracy, field)
-    return _run(statistic, layout, _names(checked), bootstrap, confidence, seed)
+    metrics = _metric_function(layout, groups, checked, n_bins, sac_accuracy, field)
+    return _run(metrics, layout, _names(checked), bootstrap, confidence, seed)
 
 
 # ------------------------------------------------------------------------------------------ public API
@@ -355,7 +351,7 @@ def score_difference(
     layout = _Layout(groups_a, checked_a)
     metrics_a = _metric_function(layout, groups_a, checked_a, n_bins, sac_accuracy, uncertainty_field)
     metrics_b = _metric_function(layout, groups_b, checked_b, n_bins, sac_accuracy, uncertainty_field)
-    return _run(lambda rows: metrics_a(rows) - metrics_b(rows), layout, _names(checked_a),
+    return _run(lambda counts: metrics_a(counts) - metrics_b(counts), layout, _names(checked_a),
                 bootstrap, confidence, seed)
 
 

@@ -97,15 +97,21 @@ def bootstrap_indices(
         batch = min(_RESAMPLES_PER_DRAW, n_resamples - done)
         idx = np.empty((batch, n_samples), dtype=np.intp)
         for positions, rng in zip(parts, rngs, strict=True):
-            idx[:, positions] = positions[rng.integers(0, len(positions), size=(batch, len(positions)))]
+            draws = rng.integers(0, len(positions), size=(batch, len(positions)))
+            first, last = positions[0], positions[-1]
+            if last - first == len(positions) - 1:  # a contiguous block (sorted positions): shift, no gather
+                np.add(draws, first, out=idx[:, first : last + 1])
+            else:
+                idx[:, positions] = positions[draws]
         done += batch
         yield idx
 
 
-def _as_statistic_array(value: Any, what: str) -> np.ndarray:
+def _as_statistic_array(value: Any, what: str, batched: bool = False) -> np.ndarray:
     arr = np.asarray(to_numpy(value, "statistic"), dtype=np.float64)
-    if arr.ndim > 1:
-        raise ValueError(f"`statistic` must return a scalar or a 1-D array, got shape {arr.shape} {what}")
+    if arr.ndim > 1 + batched:
+        expected = "(B,) or (B, K) array" if batched else "scalar or a 1-D array"
+        raise ValueError(f"`statistic` must return a {expected}, got shape {arr.shape} {what}")
     return arr
 
 
@@ -181,7 +187,7 @@ def bootstrap_interval(
         raise ValueError(f"length mismatch: the arrays have {lengths} rows; they must share their first dimension")
 
     if vectorized:
-        estimate = _as_statistic_array(statistic(*[a[None] for a in data]), "(vectorized, on the data)")
+        estimate = _as_statistic_array(statistic(*[a[None] for a in data]), "(vectorized, on the data)", True)
         if estimate.ndim == 0 or len(estimate) != 1:
             raise ValueError(
                 "a vectorized `statistic` must return one value (or one row) per resample in the batch, "
@@ -197,18 +203,23 @@ def bootstrap_interval(
 
     row_elements = max(1, sum(a[:1].size for a in data))
     chunk = max(1, _VECTORIZED_ELEMENTS // row_elements)
+    # the row positions 0..n-1 themselves (a statistic that indexes its own data): indexing them with a
+    # resample's indices gives those indices, so they are passed without a gather
+    positions = [a.ndim == 1 and a.dtype == np.intp and np.array_equal(a, np.arange(n)) for a in data]
+
+    def rows_of(index: np.ndarray) -> list[np.ndarray]:
+        return [index if same else a[index] for a, same in zip(data, positions, strict=True)]
+
     results = []
     for idx in bootstrap_indices(n, n_resamples, seed, groups):
         if vectorized:
             for start in range(0, len(idx), chunk):
                 part = idx[start : start + chunk]
-                values = _as_statistic_array(
-                    statistic(*[a[part] for a in data]), "(vectorized, on a batch)"
-                )
+                values = _as_statistic_array(statistic(*rows_of(part)), "(vectorized, on a batch)", True)
                 results.append(values.reshape((len(part),) + estimate.shape))
         else:
             for row in idx:
-                value = _as_statistic_array(statistic(*[a[row] for a in data]), "on a resample")
+                value = _as_statistic_array(statistic(*rows_of(row)), "on a resample")
                 results.append(value.reshape((1,) + estimate.shape))
     stats = np.concatenate(results)
     if stats.shape[1:] != estimate.shape:
