@@ -1,48 +1,71 @@
-"""Quantization that keeps the uncertainty: float vs optimum-quanto w8, quanto w8a8 and bitsandbytes int8, side by side.
+"""Quantization that keeps the uncertainty: float vs optimum-quanto w8 / w8a8 and bitsandbytes int8, side by side,
+eager and under `torch.compile`.
 
-    python benchmarks/bench_quantization.py                       # ~8-15 min on 2 busy CPU cores
-    python benchmarks/bench_quantization.py --epochs 5 --no-scaling
-    python benchmarks/bench_quantization.py --widths 64 384 768 1024 --repeats 50
+    python benchmarks/bench_quantization.py                       # ~25-35 min on 2 busy CPU cores
+    python benchmarks/bench_quantization.py --epochs 5 --no-scaling --small-epochs 1 --no-compile
+    python benchmarks/bench_quantization.py --widths 64 384 768 --repeats 50
 
-Part 1, trained models (the embedded digits benchmark, so that ECE and Spearman mean something): a tiny ViT
-(4 layers, width 64) and a duo (that ViT + a small timm ResNet sidekick, temperatures fit on validation). For
-each, four variants: float; quanto w8 (int8 weights); quanto w8a8 (int8 weights, static int8 activations
-calibrated on the validation split); bitsandbytes int8 (LLM.int8(), dynamic int8 activations, nn.Linear only).
-Columns: weight-bytes ratio (`weight_bytes`), P50 latency ratio at batch 1 and 32 (the four variants timed
-round-robin in one `compare_latency` call per batch size, 1 thread), delta ECE in points, delta NLL, OOD AUROC
-deltas and the Spearman correlation of the uncertainties on test + OOD (`quantization_drift`). Targets: w8a8
-latency <= 0.5x float with delta ECE <= 0.5 points and Spearman >= 0.95; int8 weight bytes <= 0.3x float.
+Every latency is a P50 ratio to the eager float model, all variants of one model timed round-robin in one
+`compare_latency` call per batch size (1 thread, interleaved), and the load average is printed with each table:
+the machine is shared, so only ratios measured side by side mean anything.
 
-Part 2, where int8 can win on CPU (random weights; latency does not depend on them): (a) the kernel ceiling,
-`torch._int_mm` (int8 x int8 -> int32, what quanto w8a8 and bitsandbytes int8 call) vs float32 `mm`; (b) one
-linear layer per backend at a small and a large shape, which separates the fixed per-call cost of the quantized
-layers from their arithmetic; (c) 4-layer ViTs of growing width at batch 1 and 32, same four variants.
-Part 3: a width-768 (ViT-Base-wide), 2-layer ViT trained briefly on digits, the four variants as in part 1.
+Variants: float; quanto w8 (int8 weights); quanto w8a8 (int8 weights, static int8 activations calibrated on the
+validation split; hf_uq's fused `FusedW8A8QLinear` path); bnb int8 (LLM.int8(), nn.Linear only); and, unless
+`--no-compile`, `torch.compile` of the float model and of the w8a8 model ("float cc", "w8a8 cc"; default inductor
+backend, compiled once per batch size during warmup, not timed). A compiled model computes the same function as its
+eager twin up to float rounding (the printed max |delta logit|), so its drift columns are those of the eager twin.
+The column `cc/cc` is w8a8 compiled over float compiled: the fair ratio when both sides are compiled.
 
-Findings (2-core development machine shared with other jobs, load 4-9; ratios from interleaved runs, 3 runs):
-- Uncertainty survives int8 everywhere: every int8 variant of every model kept |delta ECE| <= 0.42 points,
-  Spearman >= 0.987, |delta OOD AUROC| <= 0.006 and top-1 agreement >= 0.99.
-- Weight bytes: quanto int8 0.286x (tiny ViT; what remains is LayerNorms, biases, position embeddings and the
-  float32 per-channel scales), 0.284x (duo), 0.253x (width 768): target met. bitsandbytes int8 0.302x (tiny
-  ViT: the patch-embedding convolution stays float32) and 0.462x for the duo, whose ResNet sidekick is all
-  convolutions: bitsandbytes quantizes nn.Linear only. At width 768 it is 0.255x.
-- Latency target (w8a8 <= 0.5x float) is missed on the digits-sized models (w8a8 1.5-5.4x at batch 1,
-  1.4-1.8x at batch 32, varying with load) and met on wide ones: w8a8 0.32-0.40x at batch 32 and 0.40-0.55x
-  at batch 1 at width 768 (random and trained), 0.38x / 0.55x on the trained width-768 ViT with delta ECE
-  -0.40 points and Spearman 0.9999. The break-even is near width 192 at batch 32 and width 384 at batch 1.
-- Why: `torch._int_mm` itself is 4-10x faster than float32 `mm` from width 192 up (AVX512-VNNI), but each
-  quantized layer pays a fixed ~0.05-0.15 ms per call in Python (tensor-subclass dispatch, quantizing the input,
-  the int32 -> float rescale; part 2b: a 17x64 layer costs 0.024 ms float, 0.12 ms w8a8, 0.17 ms bitsandbytes),
-  and the tiny ViT is 26 such layers around 1.7-6 ms of float work. quanto w8 (weight-only) is never faster on
-  CPU: its CPU kernel dequantizes the whole weight on every call and then runs the float matmul (1.0-1.8x,
-  up to 4.7x on the tiny ViT at batch 1); it only saves memory. bitsandbytes int8 casts activations to float16, quantizes them per row, calls
-  `_int_mm` and dequantizes: slower than quanto w8a8 at every size here, 0.44x at width 768 batch 32.
-  PyTorch's dynamic quantization is not an hf_uq backend and was not used.
+Part 1, trained tiny models (the embedded digits benchmark, so that ECE and Spearman mean something): the default
+tiny ViT (4 layers, width 64, 16x16 inputs, 17 tokens) and a duo (that ViT + a small timm ResNet sidekick,
+temperatures fit on validation). Columns: weight-bytes ratio, latency ratios at batch 1 and 32, delta ECE in
+points, delta NLL, OOD AUROC deltas, Spearman correlation of the uncertainties on test + OOD and top-1 agreement
+(`quantization_drift`). Targets: w8a8 latency <= 0.5x float with delta ECE <= 0.5 points and Spearman >= 0.95;
+int8 weight bytes <= 0.3x float.
+
+Part 2, where int8 can win on CPU (random weights): (a) the kernel ceiling, `torch._int_mm` vs float32 `mm`; (b)
+one nn.Linear per variant, optimum-quanto's own w8a8 `QLinear` included ("w8a8 quanto"), which separates the fixed
+per-call cost from the arithmetic; (c) 4-layer ViTs of growing width.
+
+Part 3, realistic widths: a ViT-S-shaped model (hidden 384, 6 heads, MLP 1536, 12 layers; 32x32 inputs with patch
+4, i.e. 65 tokens: the ViT-S/16 shape at CIFAR resolution, not a pretrained ViT-S) trained from scratch on the
+digits upsampled to 32x32 for a few epochs, and a duo of it with a 32x32 ResNet sidekick (widths 32-128).
+
+Findings (2-core machine shared with other jobs, load 2-5; one full run plus a rerun of part 1, ratios interleaved):
+- Latency target (w8a8 <= 0.5x float at batch 1 and 32) is met at realistic width: ViT-S shape eager w8a8 0.44x
+  / 0.37x (delta ECE +0.20 pt, Spearman 0.999), compiled w8a8 0.31x / 0.30x of eager float and 0.35x / 0.31x of
+  compiled float; duo-S compiled 0.40x / 0.34x (0.42x / 0.35x of compiled float), eager 0.53x / 0.41x (misses at
+  batch 1 by 0.03, within the noise of this machine). Caveat: 3 epochs on 866 digits leave the ViT-S at 21 %
+  accuracy, and the duo-S fitted temperatures of 1/64 (a perfect sidekick and no misclassified validation sample):
+  their drift columns show the quantization noise, not a realistic calibration change.
+- It is out of reach for the 64-wide tiny ViT and its duo, and no engineering inside `quantize` can close it: the
+  profile of the float tiny ViT (aten self time) puts the linear matmuls at 24 % of its op time at batch 1 and
+  42 % at batch 32, so even infinitely fast linears leave >= 0.76x / 0.58x (Amdahl). The rest is LayerNorm, GELU,
+  attention, reshapes and per-op dispatch, which int8 weights do not touch. Measured: eager w8a8 1.54x / 1.06x
+  (ViT), 1.77x / 1.28x (duo); compiling removes the Python overhead of both sides alike (compiled w8a8 over
+  compiled float 1.14x / 0.87x for the ViT, 1.16x / 0.93x for the duo).
+- What closed the gap at width 384: (1) hf_uq's `FusedW8A8QLinear` (same arithmetic as optimum-quanto's `QLinear`,
+  bit for bit, without its pre-hook, activation tensor subclass and autograd-function dispatch): 0.143 -> 0.067 ms
+  per 17x64 layer call (float 0.032), 3.67 -> 2.59 ms at 544x768 (0.47x -> 0.33x float); the ViT-S w8a8 went from
+  0.59x / 0.76x (quanto's own path) to 0.43x / 0.52x in a side-by-side probe. (2) `torch.compile` of the quantized
+  model (dynamo traces quanto's weight tensors and the fused layer): inductor fuses the per-layer
+  quantize (div, round, clamp, cast) and rescale passes, which in eager are ~25 % of the w8a8 ViT-S time at batch
+  32 (int8 matmuls 349 ms, everything else 407 ms vs 227 ms for float). Compile time: 15-35 s per model and
+  batch size on this machine.
+- `torch._int_mm` itself is 3-5x faster than float32 mm from width 192 up (part 2a); quanto w8 (weight-only)
+  dequantizes every call and is never faster on CPU; bitsandbytes int8 quantizes activations per row on the fly
+  and is slower than quanto w8a8 everywhere (0.61x at ViT-S batch 32). quanto's QConv2d has no int8 CPU kernel
+  (it dequantizes): a ResNet sidekick is 1.3-1.8x slower quantized, a small share of a duo's time.
+- Weight bytes: quanto int8 0.286x (tiny ViT), 0.255x (ViT-S); bitsandbytes 0.302x / 0.462x on the tiny ViT / duo
+  (convolutions stay float) and 0.256x / 0.276x at ViT-S. The uncertainty survives int8 everywhere (Spearman >=
+  0.97, |delta ECE| <= 0.3 pt).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import os
 import time
 import warnings
 
@@ -57,11 +80,17 @@ from hf_uq.models.tiny import tiny_cnn, tiny_cnn_image_processor, tiny_vit, tiny
 from hf_uq.quantization import QuantizationSkipWarning, is_backend_available, quantize
 from hf_uq.training import fit_classifier
 
-VARIANTS = ("float", "quanto w8", "quanto w8a8", "bnb int8")
+VARIANTS = ("float", "quanto w8", "quanto w8a8", "bnb int8", "float cc", "w8a8 cc")
+#: Compiled variant -> its eager twin (whose drift it shares).
+COMPILED = {"float cc": "float", "w8a8 cc": "quanto w8a8"}
 
 
-def make_variants(model: nn.Module, calibration, processor) -> dict[str, nn.Module]:
-    """The float model and its three quantized versions (bitsandbytes only when installed)."""
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def make_variants(model: nn.Module, calibration, processor, compile_: bool = False) -> dict[str, nn.Module]:
+    """The float model, its three quantized versions (bitsandbytes only when installed) and the compiled pair."""
     variants = {"float": model}
     variants["quanto w8"] = quantize(model, "quanto", "int8")
     variants["quanto w8a8"] = quantize(model, "quanto", "int8", "int8", calibration_dataset=calibration,
@@ -70,7 +99,22 @@ def make_variants(model: nn.Module, calibration, processor) -> dict[str, nn.Modu
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", QuantizationSkipWarning)  # convolutions stay float: counted in bytes
             variants["bnb int8"] = quantize(model, "bitsandbytes", "int8")
+    if compile_:  # fresh copies (a quantized model cannot be deep-copied; quantizing again gives the same model)
+        variants["float cc"] = compiled(copy.deepcopy(model))
+        variants["w8a8 cc"] = compiled(quantize(model, "quanto", "int8", "int8", calibration_dataset=calibration,
+                                                image_processor=processor, max_calibration_batches=8))
     return variants
+
+
+def compiled(model: nn.Module) -> nn.Module:
+    """`model` with its forward compiled in place (`nn.Module.compile`, inductor). A duo gets its two members compiled
+    instead: dynamo cannot trace the duo's own combination code under inference mode (numpy-backed constants)."""
+    if isinstance(model, DuoForImageClassification):
+        model.large.compile()
+        model.small.compile()
+    else:
+        model.compile()
+    return model
 
 
 def batch_of(inputs: dict[str, torch.Tensor], size: int) -> dict[str, torch.Tensor]:
@@ -79,73 +123,107 @@ def batch_of(inputs: dict[str, torch.Tensor], size: int) -> dict[str, torch.Tens
 
 
 def latency_ratios(variants, inputs, batch_sizes, repeats) -> dict[int, dict[str, float]]:
-    """P50 latency of each variant over the float model's, all timed interleaved, per batch size."""
+    """P50 latency of each variant over the eager float model's, all timed interleaved, per batch size."""
     out = {}
     for size in batch_sizes:
         stats = compare_latency(variants, batch_of(inputs, size), repeats=repeats, threads=1)
         out[size] = {name: s.p50 / stats["float"].p50 for name, s in stats.items()}
         out[size]["float_ms"] = 1e3 * stats["float"].p50
+        if "float cc" in stats:
+            out[size]["cc/cc"] = stats["w8a8 cc"].p50 / stats["float cc"].p50
     return out
 
 
-def compare_variants(name: str, model: nn.Module, processor, benchmark, repeats: int) -> list[dict]:
-    """Drift (`quantization_drift`) and interleaved latency ratios of the four variants of one trained model."""
-    variants = make_variants(model, benchmark["validation"], processor)
+def compiled_gap(variants, inputs) -> float:
+    """Max |logit difference| between each compiled model and its eager twin on `inputs` (0.0 without compile)."""
+    gap = 0.0
+    with torch.inference_mode():
+        for name, eager in COMPILED.items():
+            if name in variants:
+                diff = variants[name](**inputs).logits - variants[eager](**inputs).logits
+                gap = max(gap, float(diff.abs().max()))
+    return gap
+
+
+def compare_variants(name: str, model: nn.Module, processor, benchmark, repeats: int, compile_: bool) -> list[dict]:
+    """Drift (`quantization_drift`) and interleaved latency ratios of every variant of one trained model."""
+    variants = make_variants(model, benchmark["validation"], processor, compile_)
     inputs = next(iter_batches(benchmark["test"], processor, batch_size=32))
     inputs.pop("labels")
     timing = latency_ratios(variants, inputs, (1, 32), repeats)
+    gap = compiled_gap(variants, inputs)
+    drifts = {}
     rows = []
     for variant, quantized in variants.items():
-        drift = quantization_drift(model, quantized, benchmark, image_processor=processor, latency_batch_sizes=())
-        rows.append({"model": name, "variant": variant, "drift": drift, "lat1": timing[1][variant],
-                     "lat32": timing[32][variant], "float_ms": (timing[1]["float_ms"], timing[32]["float_ms"])})
+        if variant not in COMPILED:
+            drifts[variant] = quantization_drift(model, quantized, benchmark, image_processor=processor,
+                                                 latency_batch_sizes=())
+        rows.append({"model": name, "variant": variant, "drift": drifts[COMPILED.get(variant, variant)],
+                     "lat1": timing[1][variant], "lat32": timing[32][variant],
+                     "cc": (timing[1].get("cc/cc"), timing[32].get("cc/cc")) if variant == "w8a8 cc" else None,
+                     "float_ms": (timing[1]["float_ms"], timing[32]["float_ms"]), "gap": gap})
     return rows
 
 
-def part_one(args, benchmark) -> list[dict]:
-    train = dict(epochs=args.epochs, num_threads=1, verbose=False)
-    start = time.perf_counter()
-    vit_processor = tiny_vit_image_processor()
-    vit = fit_classifier(tiny_vit(seed=args.seed), benchmark, vit_processor, seed=args.seed, **train)
-    small = tiny_cnn(channels=(8, 16, 32, 32), seed=args.seed + 1)
+def train_duo(args, benchmark, vit, vit_processor, threads: int, **cnn_args) -> tuple[nn.Module, DuoImageProcessor]:
+    """A duo of the trained `vit` and a freshly trained `tiny_cnn(**cnn_args)` sidekick, temperatures fit."""
+    small = tiny_cnn(seed=args.seed + 1, **cnn_args)
     small_processor = tiny_cnn_image_processor(small)
-    small = fit_classifier(small, benchmark, small_processor, seed=args.seed + 1, **train)
+    small = fit_classifier(small, benchmark, small_processor, epochs=args.epochs, seed=args.seed + 1,
+                           num_threads=threads, verbose=False)
     duo = DuoForImageClassification.from_members(vit, small).eval()
     duo_processor = DuoImageProcessor.from_members(vit_processor, small_processor)
     duo.fit_temperatures(list(iter_batches(benchmark["validation"], duo_processor, batch_size=128)))
-    print(f"trained the ViT and the sidekick ({args.epochs:g} epochs each) in {time.perf_counter() - start:.0f} s")
-    return (compare_variants("ViT", vit.eval(), vit_processor, benchmark, args.repeats)
-            + compare_variants("duo", duo, duo_processor, benchmark, args.repeats))
+    return duo, duo_processor
+
+
+def part_one(args, benchmark) -> list[dict]:
+    start = time.perf_counter()
+    vit_processor = tiny_vit_image_processor()
+    vit = fit_classifier(tiny_vit(seed=args.seed), benchmark, vit_processor, epochs=args.epochs, seed=args.seed,
+                         num_threads=1, verbose=False)
+    duo, duo_processor = train_duo(args, benchmark, vit, vit_processor, 1, channels=(8, 16, 32, 32))
+    print(f"trained the tiny ViT and its sidekick ({args.epochs:g} epochs each) in {time.perf_counter() - start:.0f} s")
+    return (compare_variants("ViT", vit.eval(), vit_processor, benchmark, args.repeats, args.compile)
+            + compare_variants("duo", duo, duo_processor, benchmark, args.repeats, args.compile))
 
 
 def part_three(args, benchmark) -> list[dict]:
-    """A ViT-Base-wide model (width 768, MLP 3072, 12 heads, 2 layers) trained briefly: where int8 matmuls pay off."""
+    """ViT-S shape (384 wide, 6 heads, MLP 1536, 12 layers, 32x32 inputs, patch 4: 65 tokens) and its duo."""
     start = time.perf_counter()
-    processor = tiny_vit_image_processor()
-    wide = tiny_vit(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=2,
-                    seed=args.seed)
-    wide = fit_classifier(wide, benchmark, processor, epochs=args.wide_epochs, learning_rate=1e-3, seed=args.seed,
-                          num_threads=args.train_threads, verbose=False)
-    print(f"trained the wide ViT ({args.wide_epochs:g} epochs) in {time.perf_counter() - start:.0f} s")
-    return compare_variants("wide", wide.eval(), processor, benchmark, max(8, args.repeats // 3))
+    processor = tiny_vit_image_processor(32)
+    vit_s = tiny_vit(image_size=32, hidden_size=384, intermediate_size=1536, num_attention_heads=6,
+                     num_hidden_layers=12, seed=args.seed)
+    vit_s = fit_classifier(vit_s, benchmark, processor, epochs=args.small_epochs, learning_rate=1e-3,
+                           seed=args.seed, num_threads=args.train_threads, verbose=False).eval()
+    duo, duo_processor = train_duo(args, benchmark, vit_s, processor, args.train_threads, image_size=32,
+                                   channels=(32, 64, 128, 128), stem_width=16)
+    print(f"trained the ViT-S-shaped model ({args.small_epochs:g} epochs) and its sidekick in "
+          f"{time.perf_counter() - start:.0f} s")
+    repeats = max(6, args.repeats // 4)
+    return (compare_variants("ViT-S", vit_s, processor, benchmark, repeats, args.compile)
+            + compare_variants("duo-S", duo, duo_processor, benchmark, repeats, args.compile))
 
 
 def print_rows(title: str, rows) -> None:
-    print(f"\n{title}")
-    head = (f"{'model':<6}{'variant':<13}{'bytes':>7}{'lat@1':>7}{'lat@32':>8}{'dECE pt':>9}{'dNLL':>8}"
-            f"{'dAUROCn':>9}{'dAUROCf':>9}{'Spearman':>9}{'agree':>7}  targets")
+    print(f"\n{title} ({load()})")
+    head = (f"{'model':<6}{'variant':<12}{'bytes':>7}{'lat@1':>7}{'lat@32':>8}{'cc/cc@1,32':>12}{'dECE pt':>9}"
+            f"{'dNLL':>8}{'dAUROCn':>9}{'dAUROCf':>9}{'Spearman':>9}{'agree':>7}  targets")
     print(head)
     for row in rows:
         d = row["drift"]
         checks = []
-        if row["variant"] != "float":
+        if row["variant"] in ("quanto w8", "quanto w8a8", "bnb int8"):
             checks.append(f"bytes<=0.3 {'OK' if d['weight_bytes_ratio'] <= 0.3 else 'MISS'}")
             ok = d["delta_ece"] <= 0.005 and d["spearman"] >= 0.95
             checks.append(f"UQ {'OK' if ok else 'MISS'}")
-        if row["variant"] == "quanto w8a8":
+        if row["variant"] in ("quanto w8a8", "w8a8 cc"):
             checks.append(f"lat<=0.5 {'OK' if max(row['lat1'], row['lat32']) <= 0.5 else 'MISS'}")
-        print(f"{row['model']:<6}{row['variant']:<13}{d['weight_bytes_ratio']:>7.3f}{row['lat1']:>7.2f}"
-              f"{row['lat32']:>8.2f}{100 * d['delta_ece']:>+9.2f}{d['delta_nll']:>+8.4f}"
+        cc = "" if row["cc"] is None else f"{row['cc'][0]:.2f},{row['cc'][1]:.2f}"
+        if row["cc"] is not None:
+            checks.append(f"cc/cc<=0.5 {'OK' if max(row['cc']) <= 0.5 else 'MISS'}")
+        print(f"{row['model']:<6}{row['variant']:<12}{d['weight_bytes_ratio']:>7.3f}{row['lat1']:>7.2f}"
+              f"{row['lat32']:>8.2f}{cc:>12}{100 * d['delta_ece']:>+9.2f}{d['delta_nll']:>+8.4f}"
               f"{d['delta_ood_auroc/ood_near']:>+9.4f}{d['delta_ood_auroc/ood_far']:>+9.4f}{d['spearman']:>9.4f}"
               f"{d['top1_agreement']:>7.3f}  {', '.join(checks)}")
     for row in rows:
@@ -153,7 +231,8 @@ def print_rows(title: str, rows) -> None:
             ref = row["drift"]["reference"]
             print(f"{row['model']} float: accuracy {ref['accuracy']:.4f}, ECE {100 * ref['ece']:.2f} pt, "
                   f"NLL {ref['nll']:.4f}, AUROC near {ref['ood_auroc/ood_near']:.4f} far "
-                  f"{ref['ood_auroc/ood_far']:.4f}; P50 {row['float_ms'][0]:.2f} ms @1, {row['float_ms'][1]:.2f} ms @32")
+                  f"{ref['ood_auroc/ood_far']:.4f}; P50 {row['float_ms'][0]:.2f} ms @1, {row['float_ms'][1]:.2f} ms "
+                  f"@32; compiled vs eager max |delta logit| {row['gap']:.1e}")
 
 
 # ------------------------------------------------------------------------------------------ part 2
@@ -171,7 +250,7 @@ def median_time(fn, repeats: int) -> float:
 
 
 def kernel_ceiling(widths, rows_list, repeats) -> None:
-    print("\nPart 2a: kernel ceiling, torch._int_mm (int8) vs float32 mm, 1 thread (rows = batch x tokens)")
+    print(f"\nPart 2a: kernel ceiling, torch._int_mm (int8) vs float32 mm, 1 thread (rows = batch x tokens; {load()})")
     print(f"{'rows':>6}{'K=N':>6}{'fp32 ms':>10}{'int8 ms':>10}{'ratio':>7}")
     for rows in rows_list:
         for width in widths:
@@ -195,13 +274,30 @@ class _OneLayer(nn.Module):
         return self.layer(pixel_values)
 
 
+def _unfused(model: nn.Module) -> nn.Module:
+    """optimum-quanto's own w8a8 path: the fused layers turned back into `QLinear` with its input hook."""
+    from optimum.quanto.nn import QLinear
+
+    from hf_uq.quantization.quanto_layers import FusedW8A8QLinear
+
+    for module in model.modules():
+        if type(module) is FusedW8A8QLinear:
+            module.__class__ = QLinear
+            module._quantize_hooks["input"] = module.register_forward_pre_hook(module.quantize_input)
+    return model
+
+
 def one_layer(shapes, repeats) -> None:
-    print("\nPart 2b: one nn.Linear, P50 ms (ratio to float), 1 thread")
-    print(f"{'rows':>6}{'K=N':>6}" + "".join(f"{v:>20}" for v in VARIANTS))
+    names = ("float", "quanto w8", "w8a8 quanto", "quanto w8a8", "bnb int8")
+    print(f"\nPart 2b: one nn.Linear, P50 ms (ratio to float), 1 thread; 'w8a8 quanto' is optimum-quanto's own "
+          f"QLinear path, 'quanto w8a8' hf_uq's fused one ({load()})")
+    print(f"{'rows':>6}{'K=N':>6}" + "".join(f"{v:>20}" for v in names))
     for rows, width in shapes:
         layer = _OneLayer(width).eval()
         x = torch.randn(rows, width)
         variants = make_variants(layer, [x[None]], None)  # calibration batches: [(1, rows, width)]
+        variants["w8a8 quanto"] = _unfused(quantize(layer, "quanto", "int8", "int8", calibration_dataset=[x[None]]))
+        variants = {name: variants[name] for name in names if name in variants}
         stats = compare_latency(variants, x[None], repeats=repeats, threads=1)
         base = stats["float"].p50
         cells = "".join(f"{1e3 * s.p50:>11.3f} ({s.p50 / base:>4.2f}x)" for s in stats.values())
@@ -209,8 +305,10 @@ def one_layer(shapes, repeats) -> None:
 
 
 def vit_scaling(widths, repeats) -> None:
-    print("\nPart 2c: 4-layer ViTs (16x16 inputs, patch 4: 17 tokens), random weights; P50 ratio to float, 1 thread")
-    print(f"{'width':>6}{'MB fp32':>9}{'batch':>6}{'float ms':>10}" + "".join(f"{v:>13}" for v in VARIANTS[1:]))
+    names = ("quanto w8", "quanto w8a8", "bnb int8")
+    print(f"\nPart 2c: 4-layer ViTs (16x16 inputs, patch 4: 17 tokens), random weights; P50 ratio to float, 1 thread "
+          f"({load()})")
+    print(f"{'width':>6}{'MB fp32':>9}{'batch':>6}{'float ms':>10}" + "".join(f"{v:>13}" for v in names))
     for width in widths:
         model = tiny_vit(hidden_size=width, intermediate_size=4 * width, num_attention_heads=max(1, width // 64),
                          hidden_dropout_prob=0.0).eval()
@@ -221,7 +319,7 @@ def vit_scaling(widths, repeats) -> None:
             reps = repeats if width <= 256 else max(5, repeats // 4)
             stats = compare_latency(variants, batch_of(inputs, size), repeats=reps, threads=1)
             base = stats["float"].p50
-            cells = "".join(f"{stats[v].p50 / base:>13.2f}" for v in VARIANTS[1:] if v in stats)
+            cells = "".join(f"{stats[v].p50 / base:>13.2f}" for v in names if v in stats)
             print(f"{width:>6}{weight_bytes(model) / 2**20:>9.1f}{size:>6}{1e3 * base:>10.2f}{cells}")
         del variants, model
 
@@ -232,23 +330,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30, help="timed forwards per variant and batch size")
     parser.add_argument("--widths", type=int, nargs="+", default=[64, 192, 384, 768])
     parser.add_argument("--no-scaling", action="store_true", help="skip part 2")
-    parser.add_argument("--wide-epochs", type=float, default=6, help="epochs of the width-768 ViT (0 skips part 3)")
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="no torch.compile variants")
+    parser.add_argument("--small-epochs", type=float, default=3, help="epochs of the ViT-S-shaped model (0 skips part 3)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.train_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     start = time.perf_counter()
+    print(load())
     benchmark = load_digits_benchmark(seed=args.seed)
-    print_rows("Part 1: tiny models trained on digits (test 433, ood_near 354, ood_far 433); ratios to float, 1 thread",
-               part_one(args, benchmark))
+    print_rows("Part 1: tiny models trained on digits (test 433, ood_near 354, ood_far 433); ratios to eager float, "
+               "1 thread", part_one(args, benchmark))
     if not args.no_scaling:
         kernel_ceiling(args.widths, (17, 544), max(10, args.repeats // 2))
         one_layer([(17, 64), (544, 64), (544, 768)], args.repeats)
         vit_scaling(args.widths, args.repeats)
-    if args.wide_epochs:
-        print_rows("Part 3: a width-768, 2-layer ViT trained on digits; ratios to float, 1 thread",
-                   part_three(args, benchmark))
-    print(f"\ntotal {time.perf_counter() - start:.0f} s")
+    if args.small_epochs:
+        print_rows("Part 3: ViT-S shape (384 wide, 12 layers, 65 tokens) trained on digits at 32x32, and its duo; "
+                   "ratios to eager float, 1 thread", part_three(args, benchmark))
+    print(f"\ntotal {time.perf_counter() - start:.0f} s ({load()})")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ Layers are found by walking the module tree, so hf_uq composites (duos, deep ens
 models, ...) and future hf_uq models work without special cases. Only layers of exactly a supported type are
 quantized (or subclasses that keep the parent's `forward`): a layer that subclasses `nn.Linear` with a forward of
 its own would lose its behaviour if replaced by a quantized `nn.Linear`, so it is skipped and listed instead.
+hf_uq's own [`~hf_uq.layers.BatchEnsembleLinear`] is a supported type for both backends: each has a quantized
+variant that quantizes the shared weight and keeps the per-member fast weights and biases in floating point.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+
+from ..layers.batch_ensemble import BatchEnsembleLinear
 
 __all__ = [
     "BACKENDS",
@@ -45,8 +49,9 @@ _BACKEND_SPECS: dict[str, tuple[str, str, str]] = {
 BACKENDS: tuple[str, ...] = tuple(_BACKEND_SPECS)
 _BACKEND_ALIASES = {"optimum-quanto": "quanto", "optimum.quanto": "quanto", "bnb": "bitsandbytes"}
 
-#: A `skip` entry meaning "every classification head": each `nn.Linear` whose `out_features` equals
-#: `model.config.num_labels` (the head of a plain classifier and the heads of every member of a composite).
+#: A `skip` entry meaning "every classification head": each `nn.Linear` (or `BatchEnsembleLinear`) whose
+#: `out_features` equals `model.config.num_labels` (the head of a plain classifier, of a BatchEnsembleViT, and the
+#: heads of every member of a composite).
 HEADS = "heads"
 
 
@@ -218,7 +223,7 @@ def _requested_skip(name: str, module: nn.Module, patterns: list[str], num_label
     """The pattern that excludes `name`, if any: exact name, a parent module's name, or an fnmatch pattern."""
     for pattern in patterns:
         if pattern == HEADS:
-            if isinstance(module, nn.Linear) and module.out_features == num_labels:
+            if isinstance(module, (nn.Linear, BatchEnsembleLinear)) and module.out_features == num_labels:
                 return pattern
         elif name == pattern or name.startswith(pattern + ".") or fnmatchcase(name, pattern):
             return pattern
@@ -348,9 +353,11 @@ def quantize(
 
     Works for plain transformers / timm-wrapper classifiers and for every hf_uq model: the module tree is walked
     and every `nn.Linear` (and, for quanto, `nn.Conv2d`) the backend can take is replaced by its quantized
-    counterpart. Layers the backend cannot take (bitsandbytes convolutions, bitsandbytes 4-bit layers whose
-    `out_features` is not a multiple of 32 on CPU, custom layers such as BatchEnsemble's) stay in floating point;
-    they are listed in `model.hf_uq_quantization.skipped` and announced by a [`QuantizationSkipWarning`].
+    counterpart. A [`~hf_uq.layers.BatchEnsembleLinear`] (BatchEnsembleViT) gets its shared weight quantized by
+    either backend while its per-member fast weights and biases stay float. Layers the backend cannot take
+    (bitsandbytes convolutions, bitsandbytes 4-bit layers whose `out_features` is not a multiple of 32 on CPU,
+    subclasses of `nn.Linear` with a forward of their own) stay in floating point; they are listed in
+    `model.hf_uq_quantization.skipped` and announced by a [`QuantizationSkipWarning`].
 
     Args:
         model (`nn.Module`): the classifier. Not modified unless `inplace=True` (a deep copy is quantized).

@@ -8,8 +8,11 @@
   bfloat16 by the CPU kernel. On CPU its packed layout needs `out_features` divisible by 32, so smaller layers
   (typically classification heads) are skipped and listed.
 
-Only `nn.Linear` layers are converted: bitsandbytes has no quantized convolution, so convolutional networks keep
-their convolutions in floating point. Persistence uses bitsandbytes' own state-dict format (`weight` + `SCB` for
+Only `nn.Linear` and BatchEnsemble layers are converted: bitsandbytes has no quantized convolution, so
+convolutional networks keep their convolutions in floating point. A `BatchEnsembleLinear` becomes a
+[`BnbBatchEnsembleLinear`]: its shared weight goes into a bias-free bitsandbytes layer (int8 or 4-bit, same rules),
+its fast weights and per-member biases stay float (state dict: `shared.weight`, `shared.SCB`, ..., `fast_in_norm`,
+`fast_out_norm`, `bias`). Persistence uses bitsandbytes' own state-dict format (`weight` + `SCB` for
 int8; `weight` + `weight.absmax` / `weight.quant_map` / `weight.quant_state.*` for 4-bit), rebuilt by [`restore`]
 without requantizing.
 """
@@ -25,6 +28,7 @@ import bitsandbytes as bnb
 import torch
 from torch import nn
 
+from ..layers.batch_ensemble import BatchEnsembleLinear
 from .api import is_plain
 
 NAME = "bitsandbytes"
@@ -61,7 +65,7 @@ def check_request(weights: str, activations: str | None, device: torch.device) -
         raise ValueError("the model is on CUDA but no CUDA device is available; move it to the CPU first")
 
 
-def _four_bit_reason(module: nn.Linear) -> str | None:
+def _four_bit_reason(module: nn.Linear | BatchEnsembleLinear) -> str | None:
     if module.weight.device.type == "cpu" and (module.out_features % 32 or module.in_features % 2):
         return (f"bitsandbytes 4-bit on CPU needs out_features divisible by 32 and even in_features "
                 f"(got {module.in_features} -> {module.out_features})")
@@ -70,11 +74,72 @@ def _four_bit_reason(module: nn.Linear) -> str | None:
 
 def skip_reason(module: nn.Module, weights: str, activations: str | None, options: Mapping[str, Any]) -> str | None:
     """`None` when bitsandbytes can quantize `module`, else why not."""
-    if is_plain(module, nn.Linear):
+    if is_plain(module, nn.Linear, BatchEnsembleLinear):
         return _four_bit_reason(module) if weights != "int8" else None
-    if isinstance(module, nn.Linear):
+    if isinstance(module, (nn.Linear, BatchEnsembleLinear)):
         return f"{type(module).__name__} overrides forward(); a bitsandbytes layer would drop its custom computation"
-    return f"bitsandbytes has no quantized {type(module).__name__} (it quantizes nn.Linear only)"
+    return f"bitsandbytes has no quantized {type(module).__name__} (it quantizes nn.Linear and BatchEnsembleLinear)"
+
+
+class BnbBatchEnsembleLinear(nn.Module):
+    r"""
+    A [`~hf_uq.layers.BatchEnsembleLinear`] whose shared weight lives in a bitsandbytes layer.
+
+    Member `i` computes `y = (shared(x * r_i)) * s_i + b_i`, where `shared` is a bias-free `bnb.nn.Linear8bitLt`
+    (int8 weight, LLM.int8() matmul with on-the-fly int8 activations) or `bnb.nn.Linear4bit` holding `W`. The
+    fast weights `r_i`, `s_i` and the members' biases stay in floating point. Built by [`apply`] / [`restore`].
+
+    Args:
+        shared (`nn.Module`): the bitsandbytes layer of the shared weight, without bias.
+        ensemble_size (`int`): number of members M.
+        fast_in_norm (`torch.Tensor` of shape `(ensemble_size, in_features)`): the input fast weights `r`.
+        fast_out_norm (`torch.Tensor` of shape `(ensemble_size, out_features)`): the output fast weights `s`.
+        bias (`torch.Tensor` of shape `(ensemble_size, out_features)`, *optional*): the members' biases.
+        scale_input_in_place (`bool`, *optional*, defaults to `False`): as in `BatchEnsembleLinear`.
+    """
+
+    def __init__(self, shared: nn.Module, ensemble_size: int, fast_in_norm: torch.Tensor, fast_out_norm: torch.Tensor,
+                 bias: torch.Tensor | None = None, scale_input_in_place: bool = False):
+        super().__init__()
+        self.in_features = shared.in_features
+        self.out_features = shared.out_features
+        self.ensemble_size = ensemble_size
+        self.scale_input_in_place = scale_input_in_place
+        self.shared = shared
+        self.fast_in_norm = nn.Parameter(fast_in_norm.detach().clone(), requires_grad=False)
+        self.fast_out_norm = nn.Parameter(fast_out_norm.detach().clone(), requires_grad=False)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    @property
+    def r(self) -> torch.Tensor:
+        return self.fast_in_norm
+
+    @property
+    def s(self) -> torch.Tensor:
+        return self.fast_out_norm
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        members = self.ensemble_size
+        if hidden_states.shape[0] % members:
+            raise ValueError(
+                f"BatchEnsembleLinear with {members} members got a batch of {hidden_states.shape[0]} rows, not a "
+                f"multiple of {members}: tile the batch first (`tile_members`)"
+            )
+        lead = hidden_states.shape[:-1]
+        x = hidden_states.reshape(members, -1, self.in_features)
+        inplace = not torch.is_grad_enabled()
+        r = self.fast_in_norm.unsqueeze(1)
+        x = x.mul_(r) if inplace and self.scale_input_in_place else x * r
+        y = self.shared(x.reshape(-1, self.in_features)).view(members, -1, self.out_features).to(x.dtype)
+        scale = self.fast_out_norm.unsqueeze(1)
+        if self.bias is None:
+            y = y * scale
+        else:
+            y = torch.addcmul(self.bias.unsqueeze(1), y, scale)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"ensemble_size={self.ensemble_size}, bias={self.bias is not None}"
 
 
 def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
@@ -82,18 +147,29 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
-def _bias(linear: nn.Linear) -> nn.Parameter | None:
-    return None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
-
-
-def _empty_layer(linear: nn.Linear, entry: Mapping[str, Any]) -> nn.Module:
-    """A bitsandbytes layer shaped like `linear`, weights still unset (built on the meta device)."""
-    args = (linear.in_features, linear.out_features, linear.bias is not None)
+def _empty_layer(in_features: int, out_features: int, bias: bool, entry: Mapping[str, Any]) -> nn.Module:
+    """A bitsandbytes layer of that shape, weights still unset (built on the meta device)."""
+    args = (in_features, out_features, bias)
     if entry["weights"] == "int8":
         return bnb.nn.Linear8bitLt(*args, has_fp16_weights=False, threshold=float(entry.get("threshold", 0.0)),
                                    device="meta")
     return bnb.nn.Linear4bit(*args, quant_type=entry["quant_type"], device="meta",
                              compress_statistics=bool(entry.get("compress_statistics", False)))
+
+
+def _quantized_layer(weight: torch.Tensor, bias: torch.Tensor | None, entry: Mapping[str, Any]) -> nn.Module:
+    """A bitsandbytes layer holding the float `weight` `(out, in)` quantized as `entry` says, and `bias`."""
+    weight = weight.detach()
+    layer = _empty_layer(weight.shape[1], weight.shape[0], bias is not None, entry)
+    if entry["weights"] == "int8":
+        layer.weight = bnb.nn.Int8Params(weight.cpu(), requires_grad=False, has_fp16_weights=False).to(weight.device)
+    else:
+        layer.weight = bnb.nn.Params4bit(
+            weight.cpu(), requires_grad=False, quant_type=entry["quant_type"], blocksize=entry["blocksize"],
+            compress_statistics=entry["compress_statistics"], module=layer,
+        ).to(weight.device)
+    layer.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+    return layer
 
 
 def apply(
@@ -118,23 +194,21 @@ def apply(
         raise ValueError(f"unknown bitsandbytes option(s) {sorted(unknown)}; known: {sorted(_OPTIONS)}")
     entries: dict[str, dict[str, Any]] = {}
     for name in names:
-        linear = model.get_submodule(name)
-        weight = linear.weight.detach()
+        module = model.get_submodule(name)
         if weights == "int8":
             entry = {"type": "Linear8bitLt", "weights": "int8", "threshold": float(options.get("threshold", 0.0))}
-            layer = _empty_layer(linear, entry)
-            layer.weight = bnb.nn.Int8Params(weight.cpu(), requires_grad=False, has_fp16_weights=False).to(weight.device)
         else:
             entry = {"type": "Linear4bit", "weights": weights, "quant_type": WEIGHTS[weights],
                      "compress_statistics": bool(options.get("compress_statistics", False)),
                      "blocksize": int(options.get("blocksize", 64))}
-            layer = _empty_layer(linear, entry)
-            layer.weight = bnb.nn.Params4bit(
-                weight.cpu(), requires_grad=False, quant_type=entry["quant_type"], blocksize=entry["blocksize"],
-                compress_statistics=entry["compress_statistics"], module=layer,
-            ).to(weight.device)
-        layer.bias = _bias(linear)
-        layer.train(linear.training)
+        if isinstance(module, BatchEnsembleLinear):
+            entry["type"] = "BatchEnsemble" + entry["type"]
+            shared = _quantized_layer(module.weight, None, entry)
+            layer = BnbBatchEnsembleLinear(shared, module.ensemble_size, module.fast_in_norm, module.fast_out_norm,
+                                           module.bias, module.scale_input_in_place)
+        else:
+            layer = _quantized_layer(module.weight, module.bias, entry)
+        layer.train(module.training)
         _set_module(model, name, layer)
         entries[name] = entry
     return entries
@@ -149,6 +223,10 @@ def layer_state(module: nn.Module) -> dict[str, torch.Tensor]:
     inverse runs on a copy, and the absmax is written in bitsandbytes' flat layout with exactly the values the
     CPU kernel uses, so a reloaded layer computes the same outputs as the live one.
     """
+    if isinstance(module, BnbBatchEnsembleLinear):
+        tensors = {f"shared.{key}": value for key, value in layer_state(module.shared).items()}
+        tensors.update({k: v.detach() for k, v in module.named_parameters(recurse=False)})
+        return tensors
     if not isinstance(module, bnb.nn.Linear4bit):
         return module.state_dict()
     weight = module.weight
@@ -167,29 +245,51 @@ def layer_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def _restored_layer(in_features: int, out_features: int, entry: Mapping[str, Any], state: Mapping[str, torch.Tensor],
+                    prefix: str, device: torch.device, bias: torch.Tensor | None) -> nn.Module:
+    """The bitsandbytes layer whose tensors are `state[prefix + ...]`, rebuilt without requantizing."""
+
+    def take(key: str) -> torch.Tensor:
+        if prefix + key not in state:
+            raise ValueError(f"the quantized weights file lacks {prefix + key!r}")
+        return state[prefix + key].to(device)
+
+    layer = _empty_layer(in_features, out_features, bias is not None, entry)
+    if entry["weights"] == "int8":
+        data = take("weight")
+        layer.weight = bnb.nn.Int8Params(data, requires_grad=False, has_fp16_weights=False, CB=data, SCB=take("SCB"))
+    else:
+        stats_prefix = f"{prefix}weight."
+        stats = {key[len(stats_prefix):]: value.to(device) for key, value in state.items() if key.startswith(stats_prefix)}
+        layer.weight = bnb.nn.Params4bit.from_prequantized(
+            data=take("weight"), quantized_stats=stats, requires_grad=False, device=device, module=layer
+        )
+    layer.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+    return layer
+
+
 def restore(model: nn.Module, modules: Mapping[str, Mapping[str, Any]], state: Mapping[str, torch.Tensor]) -> None:
     """Rebuild the bitsandbytes layers `modules` (entries from [`apply`]) on a float `model` from `state`."""
     for name, entry in modules.items():
-        linear = model.get_submodule(name)
-        if not isinstance(linear, nn.Linear):
-            raise ValueError(f"layer {name!r} is a {type(linear).__name__}, expected nn.Linear to rebuild")
-        device = linear.weight.device if linear.weight.device.type != "meta" else torch.device("cpu")
+        module = model.get_submodule(name)
+        batch_ensemble = str(entry.get("type", "")).startswith("BatchEnsemble")
+        expected = BatchEnsembleLinear if batch_ensemble else nn.Linear
+        if not isinstance(module, expected):
+            raise ValueError(f"layer {name!r} is a {type(module).__name__}, expected {expected.__name__} to rebuild")
+        device = module.weight.device if module.weight.device.type != "meta" else torch.device("cpu")
 
         def take(key: str, prefix: str = f"{name}.", device: torch.device = device) -> torch.Tensor:
             if prefix + key not in state:
                 raise ValueError(f"the quantized weights file lacks {prefix + key!r}")
             return state[prefix + key].to(device)
 
-        layer = _empty_layer(linear, entry)
-        if entry["weights"] == "int8":
-            data = take("weight")
-            layer.weight = bnb.nn.Int8Params(data, requires_grad=False, has_fp16_weights=False, CB=data, SCB=take("SCB"))
+        bias = None if module.bias is None else take("bias")
+        if batch_ensemble:
+            shared = _restored_layer(module.in_features, module.out_features, entry, state, f"{name}.shared.", device,
+                                     None)
+            layer = BnbBatchEnsembleLinear(shared, module.ensemble_size, take("fast_in_norm"), take("fast_out_norm"),
+                                           bias, module.scale_input_in_place)
         else:
-            prefix = f"{name}.weight."
-            stats = {key[len(prefix):]: value.to(device) for key, value in state.items() if key.startswith(prefix)}
-            layer.weight = bnb.nn.Params4bit.from_prequantized(
-                data=take("weight"), quantized_stats=stats, requires_grad=False, device=device, module=layer
-            )
-        layer.bias = None if linear.bias is None else nn.Parameter(take("bias"), requires_grad=False)
-        layer.train(linear.training)
+            layer = _restored_layer(module.in_features, module.out_features, entry, state, f"{name}.", device, bias)
+        layer.train(module.training)
         _set_module(model, name, layer)

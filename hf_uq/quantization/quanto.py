@@ -1,11 +1,13 @@
 """The optimum-quanto backend of [`hf_uq.quantize`] (imported only when that backend is asked for).
 
-optimum-quanto swaps `nn.Linear` / `nn.Conv2d` for its `QLinear` / `QConv2d`, whose frozen weights are
-`WeightQBytesTensor` (8-bit: int8 data + a float scale per output channel) or `WeightQBitsTensor` (4/2-bit,
-packed, grouped scales and shifts). With int8 activations each quantized layer also quantizes its input with a
-static `input_scale`, set by running calibration data under `optimum.quanto.Calibration`; on CPU (torch >= 2.6)
-the int8 x int8 products then run in `torch._int_mm`. Layer outputs stay in floating point unless
-`quantize_outputs=True` (see [`apply`]); whether a layer quantizes its output is recorded per layer
+optimum-quanto swaps `nn.Linear` / `nn.Conv2d` for its `QLinear` / `QConv2d`, and hf_uq's `BatchEnsembleLinear`
+for [`~quanto_layers.QBatchEnsembleLinear`] (shared weight quantized; fast weights and biases stay float). Frozen
+weights are `WeightQBytesTensor` (8-bit: int8 data + a float scale per output channel) or `WeightQBitsTensor`
+(4/2-bit, packed, grouped scales and shifts). With int8 activations each quantized layer also quantizes its input
+with a static `input_scale`, set by running calibration data under `optimum.quanto.Calibration`; on CPU (torch >=
+2.6) the int8 x int8 products then run in `torch._int_mm`, which [`~quanto_layers.FusedW8A8QLinear`] calls
+directly (bit-identical to `QLinear`, about a quarter of its per-call overhead). Layer outputs stay in floating
+point unless `quantize_outputs=True` (see [`apply`]); whether a layer quantizes its output is recorded per layer
 (`"quantize_output"`) so that a reloaded model behaves identically.
 
 Persistence: a quantized layer's `state_dict` holds `weight._data`, `weight._scale` (`weight._shift` for 4/2-bit),
@@ -26,7 +28,9 @@ from optimum.quanto.nn import QLinear, QModuleMixin
 from torch import nn
 from torch.nn import functional as F
 
+from ..layers.batch_ensemble import BatchEnsembleLinear
 from .api import is_plain
+from .quanto_layers import QBatchEnsembleLinear, fuse_w8a8, is_fusable  # noqa: F401  (registers the BE layer)
 
 NAME = "quanto"
 #: hf_uq weight format -> optimum-quanto qtype name.
@@ -61,6 +65,14 @@ def _finish(model: nn.Module, names: list[str], training: dict[str, bool]) -> No
             module.__class__ = InferenceSafeQLinear
 
 
+def _fuse(model: nn.Module, names: list[str]) -> None:
+    """Give every w8a8 `QLinear` with float outputs among `names` the fused forward (bit-identical, faster)."""
+    for name in names:
+        module = model.get_submodule(name)
+        if is_fusable(module):
+            fuse_w8a8(module)
+
+
 def check_request(weights: str, activations: str | None, device: torch.device) -> None:
     """`ValueError` for a request optimum-quanto cannot run where the model lives."""
     if device.type not in _DEVICES:
@@ -78,11 +90,11 @@ def skip_reason(module: nn.Module, weights: str, activations: str | None, option
     `nn.LayerNorm` is taken only when its outputs are quantized (`quantize_outputs=True`): its weights are never
     quantized, so otherwise it would be an unchanged float layer.
     """
-    if is_plain(module, nn.Linear, nn.Conv2d):
+    if is_plain(module, nn.Linear, nn.Conv2d, BatchEnsembleLinear):
         return None
     if activations is not None and options.get("quantize_outputs") and is_plain(module, nn.LayerNorm):
         return None
-    if isinstance(module, (nn.Linear, nn.Conv2d)):
+    if isinstance(module, (nn.Linear, nn.Conv2d, BatchEnsembleLinear)):
         return f"{type(module).__name__} overrides forward(); a quanto layer would drop its custom computation"
     return f"optimum-quanto has no quantized {type(module).__name__}"
 
@@ -95,7 +107,7 @@ def _output_quantized(module: QModuleMixin) -> bool:
 
 def _module_entry(module: QModuleMixin) -> dict[str, Any]:
     entry = {
-        "type": "QLinear" if isinstance(module, QLinear) else type(module).__name__,
+        "type": "QLinear" if isinstance(module, QLinear) else type(module).__name__,  # fused or not: same state
         "weights": "none" if module.weight_qtype is None else module.weight_qtype.name,
         "activations": "none" if module.activation_qtype is None else module.activation_qtype.name,
     }
@@ -136,6 +148,7 @@ def apply(
     if activations is not None and not quantize_outputs:
         for name in names:
             model.get_submodule(name).disable_output_quantization()
+        _fuse(model, names)
     if calibrate is not None:
         with Calibration(momentum=float(options.get("momentum", 0.9)), streamline=quantize_outputs):
             calibrate(model)
@@ -176,3 +189,4 @@ def restore(model: nn.Module, modules: Mapping[str, Mapping[str, Any]], state: M
             raise ValueError(f"layer {name!r} was not restored as a frozen optimum-quanto layer")
         if entry.get("quantize_output") is False:
             module.disable_output_quantization()
+    _fuse(model, list(modules))

@@ -112,6 +112,6 @@ def test_batch_ensemble_and_dirichlet_student(pixels, tmp_path, correlation):
         assert correlation(forward(model, pixels).logits, out.logits) >= 0.99, name
         quantized.save_pretrained(tmp_path / name)
         assert torch.equal(forward(load_quantized(tmp_path / name), pixels).logits, out.logits), name
-    # BatchEnsemble's rank-1 layers are not nn.Linear: kept in float and listed, never silently replaced
-    skipped = quantized.hf_uq_quantization.skipped
-    assert skipped and all("BatchEnsembleLinear" in reason for reason in skipped.values())
+    # BatchEnsemble's layers are quantized too (shared weight int8, fast weights float): nothing is left over
+    info = quantized.hf_uq_quantization
+    assert info.skipped == {} and {e["type"] for e in info.modules.values()} == {"QBatchEnsembleLinear", "QConv2d"}
