@@ -1,6 +1,6 @@
 """Time hf_uq's metrics side by side with torchmetrics and scikit-learn in one run.
 
-    python benchmarks/bench_metrics.py                 # N = 1e6 and 1e7, C = 10, best of 3
+    python benchmarks/bench_metrics.py                 # N = 1e6 and 1e7, C = 10, best of 5, peers interleaved
     python benchmarks/bench_metrics.py --sizes 100000  # a quick run
 
 Every peer gets the same float32 inputs (realistic: ~85% accuracy, ties from float32
@@ -33,6 +33,19 @@ def best_of(repeat, fn, *args, **kwargs):
     return min(times), result
 
 
+def race(repeat, *calls):
+    """Best time and result of each `(fn, args, kwargs)`, the calls interleaved round by round so that load
+    changes on a shared machine hit every contender alike."""
+    times = [[] for _ in calls]
+    results = [None] * len(calls)
+    for _ in range(repeat):
+        for k, (fn, args, kwargs) in enumerate(calls):
+            start = time.perf_counter()
+            results[k] = fn(*args, **kwargs)
+            times[k].append(time.perf_counter() - start)
+    return [(min(t), r) for t, r in zip(times, results, strict=True)]
+
+
 def make_data(n: int, c: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, c, n)
@@ -63,29 +76,31 @@ def run(n: int, c: int, repeat: int) -> list[tuple[str, float, str, float]]:
     ood_all = np.r_[id_s, ood_s]
     rows = []
 
-    t_ours, ece = best_of(repeat, F.ece, probs, labels)
-    t_tm, tm = best_of(repeat, multiclass_calibration_error, probs_t, labels_t, num_classes=c, n_bins=15)
+    (t_ours, ece), (t_tm, tm) = race(
+        repeat, (F.ece, (probs, labels), {}),
+        (multiclass_calibration_error, (probs_t, labels_t), {"num_classes": c, "n_bins": 15}))
     assert abs(ece - float(tm)) < 1e-4, (ece, float(tm))
     rows.append(("ece", t_ours, "torchmetrics calibration_error", t_tm))
 
-    t_ours, area = best_of(repeat, F.aurc, u, correct)
-    t_naive, naive = best_of(repeat, naive_aurc, u, correct)
+    (t_ours, area), (t_naive, naive) = race(repeat, (F.aurc, (u, correct), {}), (naive_aurc, (u, correct), {}))
     assert abs(area - naive) < 1e-3
     rows.append(("aurc", t_ours, "argsort reference (not tie-exact)", t_naive))
 
     t_ours, _ = best_of(repeat, F.sac, u, correct)
     rows.append(("sac@98", t_ours, "argsort reference (not tie-exact)", t_naive))
 
-    t_ours, cp = best_of(repeat, F.cp_auroc, conf, correct)
-    t_tm, tm = best_of(repeat, binary_auroc, torch.from_numpy(conf), torch.from_numpy(correct.astype(np.int64)))
-    t_sk, sk = best_of(repeat, roc_auc_score, correct, conf)
+    (t_ours, cp), (t_tm, tm), (t_sk, sk) = race(
+        repeat, (F.cp_auroc, (conf, correct), {}),
+        (binary_auroc, (torch.from_numpy(conf), torch.from_numpy(correct.astype(np.int64))), {}),
+        (roc_auc_score, (correct, conf), {}))
     assert abs(cp - sk) < 1e-9 and abs(cp - float(tm)) < 1e-4
     rows.append(("cp_auroc", t_ours, "torchmetrics binary_auroc", t_tm))
     rows.append(("cp_auroc", t_ours, "sklearn roc_auc_score", t_sk))
 
-    t_ours, auc = best_of(repeat, F.ood_auroc, id_s, ood_s)
-    t_tm, tm = best_of(repeat, binary_auroc, torch.from_numpy(ood_all), torch.from_numpy(ood_y.astype(np.int64)))
-    t_sk, sk = best_of(repeat, roc_auc_score, ood_y, ood_all)
+    (t_ours, auc), (t_tm, tm), (t_sk, sk) = race(
+        repeat, (F.ood_auroc, (id_s, ood_s), {}),
+        (binary_auroc, (torch.from_numpy(ood_all), torch.from_numpy(ood_y.astype(np.int64))), {}),
+        (roc_auc_score, (ood_y, ood_all), {}))
     assert abs(auc - sk) < 1e-9 and abs(auc - float(tm)) < 1e-4
     rows.append(("ood_auroc", t_ours, "torchmetrics binary_auroc", t_tm))
     rows.append(("ood_auroc", t_ours, "sklearn roc_auc_score", t_sk))
@@ -105,7 +120,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     print(f"torch threads: {torch.get_num_threads()}, best of {args.repeat}, C = {args.classes}")
     for n in args.sizes:
