@@ -23,6 +23,7 @@ __all__ = [
     "BatchEnsembleLinear",
     "fast_weight_parameter_names",
     "init_fast_weights_",
+    "split_members",
     "tile_members",
 ]
 
@@ -69,6 +70,19 @@ def init_fast_weights_(tensor: torch.Tensor, method: str = "random_sign", std: f
 def tile_members(x: torch.Tensor, ensemble_size: int) -> torch.Tensor:
     """Repeat a `(B, ...)` batch for `ensemble_size` members in the member-major layout: `(M * B, ...)`."""
     return x.repeat(ensemble_size, *([1] * (x.ndim - 1)))
+
+
+def split_members(hidden_states: torch.Tensor, ensemble_size: int, in_features: int) -> torch.Tensor:
+    """The `(M * B, ..., in_features)` input of a BatchEnsemble layer as `(M, rows, in_features)` blocks, one per
+    member; a `ValueError` when the batch is not a multiple of `ensemble_size` (shared by the float layer and its
+    quantized variants)."""
+    batch = hidden_states.shape[0]
+    if batch % ensemble_size:
+        raise ValueError(
+            f"BatchEnsembleLinear with {ensemble_size} members got a batch of {batch} rows, not a multiple of "
+            f"{ensemble_size}: tile the batch first (`tile_members`)"
+        )
+    return hidden_states.reshape(ensemble_size, -1, in_features)
 
 
 class BatchEnsembleLinear(nn.Module):
@@ -242,16 +256,10 @@ class BatchEnsembleLinear(nn.Module):
         return linear
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        batch = hidden_states.shape[0]
         members = self.ensemble_size
-        if batch % members:
-            raise ValueError(
-                f"BatchEnsembleLinear with {members} members got a batch of {batch} rows, not a multiple of "
-                f"{members}: tile the batch first (`tile_members`)"
-            )
         lead = hidden_states.shape[:-1]
         # (M, N, in): each member's rows (all tokens of its B samples) as one block
-        x = hidden_states.reshape(members, -1, self.in_features)
+        x = split_members(hidden_states, members, self.in_features)
         # Without autograd, scale and shift the fresh matmul output in place: one pass and no new allocation
         # (a large fresh CPU buffer costs page faults that can exceed the pass itself). With autograd the
         # unscaled tensors are needed for the gradients of `r` and `s`, so new tensors are made.

@@ -28,7 +28,7 @@ import bitsandbytes as bnb
 import torch
 from torch import nn
 
-from ..layers.batch_ensemble import BatchEnsembleLinear
+from ..layers.batch_ensemble import BatchEnsembleLinear, split_members
 from .api import is_plain
 
 NAME = "bitsandbytes"
@@ -120,13 +120,8 @@ class BnbBatchEnsembleLinear(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         members = self.ensemble_size
-        if hidden_states.shape[0] % members:
-            raise ValueError(
-                f"BatchEnsembleLinear with {members} members got a batch of {hidden_states.shape[0]} rows, not a "
-                f"multiple of {members}: tile the batch first (`tile_members`)"
-            )
         lead = hidden_states.shape[:-1]
-        x = hidden_states.reshape(members, -1, self.in_features)
+        x = split_members(hidden_states, members, self.in_features)
         inplace = not torch.is_grad_enabled()
         r = self.fast_in_norm.unsqueeze(1)
         x = x.mul_(r) if inplace and self.scale_input_in_place else x * r

@@ -29,7 +29,7 @@ from optimum.quanto.nn import QLinear, QModuleMixin, register_qmodule
 from optimum.quanto.tensor import ActivationQBytesTensor, Optimizer, quantize_activation
 from torch.nn import functional as F
 
-from ..layers.batch_ensemble import BatchEnsembleLinear
+from ..layers.batch_ensemble import BatchEnsembleLinear, split_members
 
 __all__ = ["FusedW8A8QLinear", "QBatchEnsembleLinear", "fuse_w8a8", "is_fusable"]
 
@@ -192,13 +192,8 @@ class QBatchEnsembleLinear(QModuleMixin, BatchEnsembleLinear):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         members = self.ensemble_size
-        if hidden_states.shape[0] % members:
-            raise ValueError(
-                f"BatchEnsembleLinear with {members} members got a batch of {hidden_states.shape[0]} rows, not a "
-                f"multiple of {members}: tile the batch first (`tile_members`)"
-            )
         lead = hidden_states.shape[:-1]
-        x = hidden_states.reshape(members, -1, self.in_features)
+        x = split_members(hidden_states, members, self.in_features)
         r = self.fast_in_norm.unsqueeze(1)
         scale_out = self.fast_out_norm.unsqueeze(1)
         weight = self.qweight
