@@ -22,6 +22,7 @@ from torch import nn
 from ..data.adapter import processor_num_channels
 from ..functional.classification import top_label
 from ..functional.scores import msp
+from ._budget_common import _check_int, _eval_mode, _model_device, _num_threads
 
 __all__ = ["Predictions", "iter_batches", "predict"]
 
@@ -247,14 +248,6 @@ def _generate_batches(
 # ------------------------------------------------------------------------------------------ predict
 
 
-def _model_device(model: nn.Module) -> torch.device:
-    for tensor in model.parameters():
-        return tensor.device
-    for tensor in model.buffers():
-        return tensor.device
-    return torch.device("cpu")
-
-
 def _read_output(output: Any) -> dict[str, torch.Tensor | None]:
     """Logits and, where the model gives them, its uncertainty fields."""
     if isinstance(output, torch.Tensor):
@@ -329,28 +322,19 @@ def predict(
         raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
     batches = iter_batches(dataset_split, image_processor, batch_size)
     device = _model_device(model)
-    modes = [(module, module.training) for module in model.modules()]
-    threads = torch.get_num_threads()
     collected: dict[str, list[torch.Tensor]] = {}
     labels: list[torch.Tensor] = []
     bar = tqdm(total=len(dataset_split), desc=desc or type(model).__name__, unit="img",
                leave=False, disable=not progress)
-    try:
-        if num_threads is not None:
-            torch.set_num_threads(num_threads)
-        model.eval()
-        with torch.inference_mode():
-            for batch in batches:
-                labels.append(batch.pop("labels"))
-                inputs = {k: v.to(device) for k, v in batch.items()}
-                for name, value in _read_output(model(**inputs)).items():
-                    collected.setdefault(name, []).append(value)
-                bar.update(len(labels[-1]))
-    finally:
-        bar.close()
-        torch.set_num_threads(threads)
-        for module, training in modes:
-            module.training = training
+    if num_threads is not None:
+        _check_int("num_threads", num_threads, 1)
+    with bar, _num_threads(num_threads), _eval_mode(model), torch.inference_mode():
+        for batch in batches:
+            labels.append(batch.pop("labels"))
+            inputs = {k: v.to(device) for k, v in batch.items()}
+            for name, value in _read_output(model(**inputs)).items():
+                collected.setdefault(name, []).append(value)
+            bar.update(len(labels[-1]))
 
     def joined(name: str, axis: int = 0) -> np.ndarray | None:
         values = collected.get(name)

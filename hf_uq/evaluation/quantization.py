@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from .. import functional as F
+from ._budget_common import _num_threads
 from .budget import compare_latency, weight_bytes
 from .predict import Predictions, iter_batches, predict
 
@@ -121,17 +121,6 @@ def _splits(datasets: Any, id_split: str, ood_splits: Sequence[str] | None) -> t
     if missing:
         raise ValueError(f"OOD split(s) {missing} not in the datasets (splits: {sorted(datasets)})")
     return datasets[id_split], {name: datasets[name] for name in ood_splits}
-
-
-@contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
-    """`torch.set_num_threads(threads)` for the block (tiny models run far faster on 1 thread on a busy host)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads or previous)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _predict_all(model: nn.Module, id_data: Any, ood_data: Mapping[str, Any], image_processor: Any,
@@ -260,7 +249,7 @@ def quantization_drift(
         if not isinstance(model, nn.Module):
             raise ValueError(f"`{name}` must be a torch.nn.Module, got {type(model).__name__}")
     id_data, ood_data = _splits(datasets, id_split, ood_splits)
-    with _threads(threads):
+    with _num_threads(threads):  # tiny models run far faster on 1 thread on a busy host
         ref_preds = _predict_all(reference_model, id_data, ood_data, image_processor, batch_size)
         return _drift(reference_model, quantized_model, id_data, ood_data, ref_preds, image_processor=image_processor,
                       batch_size=batch_size, latency_batch_sizes=tuple(latency_batch_sizes),
@@ -388,7 +377,7 @@ def select_quantization(
     if not grid:
         raise ValueError("the grid is empty: no quantization backend is installed (pip install 'hf_uq[quant]')")
     id_data, ood_data = _splits(datasets, id_split, ood_splits)
-    with _threads(threads):
+    with _num_threads(threads):  # tiny models run far faster on 1 thread on a busy host
         return _select(model, datasets, grid, limits, objective, image_processor, calibration_split,
                        max_calibration_batches, id_data, ood_data, latency_batch_size, latency_repeats, threads,
                        batch_size)

@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..functional import weighted as FW
 from ..functional.bootstrap import BootstrapInterval, bootstrap_interval
+from ._budget_common import _num_threads
 from .predict import Predictions
 
 __all__ = [
@@ -196,20 +196,15 @@ def _run(
         # a batch of resample indices (each row stays in its stratum) -> row counts, whose blocks are the strata
         return metrics(FW.resample_counts(rows, layout.size))
 
-    threads = torch.get_num_threads()
-    try:
-        # torch's intra-op thread pool (the row max of large inputs) only adds overhead here, and on a busy
-        # machine a 2-thread row max costs milliseconds instead of microseconds
-        torch.set_num_threads(1)
-        with warnings.catch_warnings():
-            # a resample with no error (or no correct sample) has no CP-AUROC; bootstrap_interval drops it
-            warnings.filterwarnings("ignore", message="cp_auroc is undefined")
-            result = bootstrap_interval(
-                statistic, np.arange(layout.size), n_resamples=bootstrap, confidence=confidence,
-                seed=seed, groups=layout.strata, vectorized=True,
-            )
-    finally:
-        torch.set_num_threads(threads)
+    # torch's intra-op thread pool (the row max of large inputs) only adds overhead here, and on a busy
+    # machine a 2-thread row max costs milliseconds instead of microseconds
+    with _num_threads(1), warnings.catch_warnings():
+        # a resample with no error (or no correct sample) has no CP-AUROC; bootstrap_interval drops it
+        warnings.filterwarnings("ignore", message="cp_auroc is undefined")
+        result = bootstrap_interval(
+            statistic, np.arange(layout.size), n_resamples=bootstrap, confidence=confidence,
+            seed=seed, groups=layout.strata, vectorized=True,
+        )
     return {
         name: BootstrapInterval(float(result.estimate[j]), float(result.low[j]), float(result.high[j]))
         for j, name in enumerate(names)
