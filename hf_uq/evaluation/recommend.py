@@ -21,15 +21,15 @@ bootstrap of the mean). A missing bound (`null`, e.g. with `bootstrap=0`) makes 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
+
+from .results_io import SCHEMA as RESULTS_SCHEMA
+from .results_io import fits_budget, load_results
 
 __all__ = [
     "Priority",
@@ -40,7 +40,6 @@ __all__ = [
     "recommend",
 ]
 
-RESULTS_SCHEMA = "hf_uq.results/1"
 DEFAULT_FIDELITY_THRESHOLD = 0.7
 
 
@@ -57,10 +56,8 @@ class Priority(str, Enum):
 
 def read_results(path: str | os.PathLike) -> dict[str, Any]:
     """
-    Read a `results.json` (docs/results_format.md).
-
-    Uses the protocol's `load_results` (`hf_uq.evaluation.results_io`, which validates the whole schema) when it is
-    there; otherwise reads the JSON and checks only what cards and recommendations rely on.
+    Read a `results.json` (docs/results_format.md) with the protocol's [`~hf_uq.evaluation.load_results`], which
+    validates the whole schema.
 
     Args:
         path (`str` or `os.PathLike`):
@@ -77,21 +74,7 @@ def read_results(path: str | os.PathLike) -> dict[str, Any]:
         path = os.path.join(path, "results.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"results file not found: {path}")
-    loader = _protocol_attribute("load_results")
-    if loader is not None:
-        results = loader(path)
-        if is_dataclass(results) and not isinstance(results, type):
-            results = asdict(results)
-        elif not isinstance(results, Mapping) and hasattr(results, "to_dict"):
-            results = results.to_dict()
-        return dict(results)
-    try:
-        with open(path, encoding="utf-8") as f:
-            results = json.load(f)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
-    check_results(results, path)
-    return results
+    return load_results(path)
 
 
 def check_results(results: Any, where: str = "results") -> None:
@@ -106,21 +89,6 @@ def check_results(results: Any, where: str = "results") -> None:
     names = [r["name"] for r in routes]
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: route names are not unique: {names}")
-
-
-#: Modules of the protocol that may define `load_results` / `fits_budget`, searched in order.
-_PROTOCOL_MODULES = ("results_io", "protocol")
-
-
-def _protocol_attribute(name: str) -> Any:
-    """`hf_uq.evaluation.<module>.<name>` from the first of [`_PROTOCOL_MODULES`] that defines it, else None."""
-    for module in _PROTOCOL_MODULES:
-        module_name = f"{__package__}.{module}"
-        if importlib.util.find_spec(module_name) is not None:
-            value = getattr(importlib.import_module(module_name), name, None)
-            if value is not None:
-                return value
-    return None
 
 
 def get_route(results: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -185,8 +153,8 @@ def check_budget(
     """
     Whether a route fits a budget relative to the reference route, and why not.
 
-    The verdict is the protocol's `fits_budget` (`hf_uq.evaluation.results_io`) when it is there, with a route
-    whose bounded cost is unknown counted as not fitting.
+    The verdict is the protocol's [`~hf_uq.evaluation.fits_budget`], with a route whose bounded cost is unknown
+    counted as not fitting.
 
     Args:
         route (`Mapping`):
@@ -209,13 +177,12 @@ def check_budget(
             reasons.append(f"{label} not measured")
         elif value > bound:
             reasons.append(f"{label} {value:.2f}x > {bound:g}x")
-    protocol_fits = _protocol_attribute("fits_budget")
-    if protocol_fits is not None and (memory is not None or latency is not None):
-        fits = protocol_fits(route, memory=memory, latency=latency) is True
-        if not fits and not reasons:
-            reasons.append("outside the budget")
-        return fits, reasons if not fits else []
-    return not reasons, reasons
+    if memory is None and latency is None:
+        return True, []
+    fits = fits_budget(route, memory=memory, latency=latency) is True
+    if not fits and not reasons:
+        reasons.append("outside the budget")
+    return fits, reasons if not fits else []
 
 
 # ------------------------------------------------------------------------------------------------ ranking
