@@ -30,6 +30,7 @@ from typing import Any
 
 from .results_io import SCHEMA as RESULTS_SCHEMA
 from .results_io import fits_budget, load_results
+from .scoring import format_interval
 
 __all__ = [
     "Priority",
@@ -132,16 +133,6 @@ def intervals_overlap(a: Sequence[float | None], b: Sequence[float | None]) -> b
     a_low, a_high = _bounds(a)
     b_low, b_high = _bounds(b)
     return a_low <= b_high and b_low <= a_high
-
-
-def format_interval(interval: Sequence[float | None], digits: int = 3) -> str:
-    """`"0.912 [0.890, 0.931]"`, `"0.912"` without bounds, `"n/a"` without an estimate."""
-    estimate, low, high = interval
-    if estimate is None:
-        return "n/a"
-    if low is None or high is None:
-        return f"{estimate:.{digits}f}"
-    return f"{estimate:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 # ------------------------------------------------------------------------------------------------- budget

@@ -29,7 +29,7 @@ from ..functional.bootstrap import BootstrapInterval
 from ..functional.fidelity import FIDELITY_THRESHOLD
 from .plots import PLOT_FILES, draw_figures, id_metrics, ood_split_names
 from .predict import Predictions
-from .scoring import HIGHER_IS_BETTER, format_interval
+from .scoring import HIGHER_IS_BETTER, format_interval, format_si
 
 __all__ = ["PLOT_FILES", "write_report"]
 
@@ -148,13 +148,7 @@ def _estimate(value: Any) -> float:
 
 
 def _si(value: Any, unit: str = "") -> str:
-    if value is None:
-        return _NA
-    v = float(value)
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(v) >= factor:
-            return f"{v / factor:.3g}{prefix}{unit}"
-    return f"{v:.3g}{unit}"
+    return _NA if value is None else format_si(value, unit)
 
 
 def _bytes(value: Any) -> str:

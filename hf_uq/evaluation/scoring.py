@@ -35,6 +35,7 @@ __all__ = [
     "ID_METRICS",
     "OOD_METRICS",
     "format_interval",
+    "format_si",
     "score_difference",
     "score_pooled",
     "score_split",
@@ -350,9 +351,26 @@ def score_difference(
                 bootstrap, confidence, seed)
 
 
-def format_interval(interval: BootstrapInterval, scale: float = 1.0, digits: int = 3) -> str:
-    """`"estimate [low, high]"` with `digits` decimals after multiplying by `scale` (e.g. 100 for AURC)."""
-    est, low, high = (float(v) * scale for v in interval)
+def format_interval(interval: Sequence[float | None], scale: float = 1.0, digits: int = 3) -> str:
+    """`"estimate [low, high]"` with `digits` decimals after multiplying by `scale` (e.g. 100 for AURC).
+
+    `interval` is a [`BootstrapInterval`] or any `(estimate, low, high)`, e.g. one read back from `results.json`,
+    where a missing value is None: without bounds (None or NaN) only the estimate is shown, and without an
+    estimate `"n/a"`.
+    """
+    if interval[0] is None:
+        return "n/a"
+    est, low, high = (float("nan") if v is None else float(v) * scale for v in interval)
     if np.isnan(low) or np.isnan(high):
         return f"{est:.{digits}f}"
     return f"{est:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def format_si(value: float, unit: str = "", sep: str = "") -> str:
+    """`value` with 3 significant digits and an SI prefix (k, M, G, T): `format_si(5.56e6, "FLOPs", " ")` is
+    `"5.56 MFLOPs"`, `format_si(139e3)` is `"139k"`."""
+    value = float(value)
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{sep}{prefix}{unit}".strip()
+    return f"{value:.3g}{sep}{unit}".strip()

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..evaluation.recommend import as_interval, format_interval
+from ..evaluation.recommend import as_interval
+from ..evaluation.scoring import format_interval, format_si
 
 SHIFT_SPLIT = "shift"
 
@@ -55,7 +56,7 @@ def md(text: Any) -> str:
 
 def fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
     interval = as_interval(value)
-    return format_interval(tuple(None if v is None else v * scale for v in interval), digits)
+    return format_interval(interval, scale, digits)
 
 
 def estimate(value: Any) -> float | None:
@@ -63,13 +64,7 @@ def estimate(value: Any) -> float | None:
 
 
 def human(value: Any, unit: str = "") -> str:
-    if value is None:
-        return "n/a"
-    value = float(value)
-    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {suffix}{unit}".strip()
-    return f"{value:.3g} {unit}".strip()
+    return "n/a" if value is None else format_si(value, unit, sep=" ")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

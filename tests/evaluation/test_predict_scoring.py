@@ -244,3 +244,16 @@ def test_concatenate_select_and_format():
     assert np.isnan(scores["nll"].low)
     assert format_interval(scores["accuracy"]) == f"{scores['accuracy'].estimate:.3f}"
     assert format_interval((0.5, 0.25, 0.75), scale=100, digits=1) == "50.0 [25.0, 75.0]"
+
+
+def test_format_interval_reads_nulls_and_format_si_picks_the_prefix():
+    from hf_uq.evaluation import format_si
+
+    # intervals read back from results.json carry None for undefined values
+    assert format_interval((None, None, None)) == "n/a"
+    assert format_interval((0.5, None, None), scale=100, digits=1) == "50.0"
+    assert format_interval((0.5, 0.25, None)) == "0.500"
+    assert format_si(5.56e6, "FLOPs", " ") == "5.56 MFLOPs"
+    assert format_si(139_000) == "139k"
+    assert format_si(12.3, "ms", " ") == "12.3 ms"
+    assert format_si(-2.5e9) == "-2.5G"
