@@ -13,13 +13,7 @@ SMALL_VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, int
 QUIET = dict(verbose=False, num_threads=1)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run fastest single-threaded, and much faster on a busy machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -25,13 +25,7 @@ from hf_uq.models.tiny import tiny_cnn, tiny_cnn_image_processor, tiny_vit, tiny
 VIT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # tiny models: torch's thread pool only adds overhead, and stalls when other jobs share the cores
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

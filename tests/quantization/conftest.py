@@ -7,13 +7,10 @@ import hf_uq  # noqa: F401  (Auto-class and quantizer registrations)
 from hf_uq.models.tiny import tiny_cnn, tiny_vit
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run much faster on one thread than on two contended ones."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread_for_every_module(one_thread):
+    """Tiny models run much faster on one thread than on two contended ones (see tests/conftest.py)."""
     yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")
