@@ -112,8 +112,8 @@ def check_probs(x: Any, name: str = "probs", hint: str = "") -> np.ndarray:
         arr = arr.astype(np.float64)
     # a matrix-vector product is the fastest row sum; any NaN/inf entry makes its row sum
     # non-finite, so this one pass also screens for non-finite values
-    row_sums = (arr @ np.ones(arr.shape[1], dtype=arr.dtype)).astype(np.float64)
-    sum_low, sum_high = row_sums.min(), row_sums.max()  # NaN if any row is NaN
+    row_sums = arr @ np.ones(arr.shape[1], dtype=arr.dtype)
+    sum_low, sum_high = float(row_sums.min()), float(row_sums.max())  # NaN if any row is NaN
     if not np.isfinite(sum_low + sum_high):
         _check_finite(arr, name)  # names the exact entry
         raise ValueError(f"rows of `{name}` overflow when summed")
@@ -123,7 +123,7 @@ def check_probs(x: Any, name: str = "probs", hint: str = "") -> np.ndarray:
         raise ValueError(f"`{name}` contains a negative probability ({low}) in row {row}")
     if sum_low >= 1.0 - PROB_ATOL and sum_high <= 1.0 + PROB_ATOL:
         return arr  # the common case, settled by the two reductions above
-    deviation = np.abs(row_sums - 1.0)
+    deviation = np.abs(row_sums.astype(np.float64) - 1.0)
     worst = int(deviation.argmax())
     if deviation[worst] > PROB_ATOL:
         raise ValueError(

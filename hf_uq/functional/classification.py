@@ -94,9 +94,9 @@ def _uniform_bin_index(confidence: np.ndarray, n_bins: int, edges: np.ndarray) -
     """
     index = (confidence * confidence.dtype.type(n_bins)).astype(np.intp)
     np.clip(index, 0, n_bins - 1, out=index)
-    index -= confidence <= edges[index]
+    index -= confidence <= np.take(edges, index)  # take: a table lookup, cheaper than fancy indexing
     np.maximum(index, 0, out=index)
-    index += confidence > edges[index + 1]
+    index += confidence > np.take(edges[1:], index)
     return index
 
 
@@ -119,9 +119,11 @@ def _bin_statistics(
     else:
         inner = _edges_for(confidence.dtype, edges[1:-1])
         index = np.searchsorted(inner, confidence, side="left")
-    counts = np.bincount(index, minlength=n_bins).astype(np.float64)
+    # one integer count over (bin, correct) pairs gives both the bin sizes and the hits
+    pair_counts = np.bincount(2 * index + correct, minlength=2 * n_bins).reshape(n_bins, 2)
+    counts = pair_counts.sum(axis=1).astype(np.float64)
+    acc_sum = pair_counts[:, 1].astype(np.float64)
     conf_sum = np.bincount(index, weights=confidence, minlength=n_bins)
-    acc_sum = np.bincount(index, weights=correct, minlength=n_bins)
     with np.errstate(invalid="ignore", divide="ignore"):
         return CalibrationBins(edges, counts, acc_sum / counts, conf_sum / counts)
 
