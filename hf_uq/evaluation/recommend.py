@@ -28,8 +28,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from .results_io import SCHEMA as RESULTS_SCHEMA
-from .results_io import fits_budget, load_results
+from .results_io import check_results, fits_budget, load_results
 from .scoring import format_interval
 
 __all__ = [
@@ -76,20 +75,6 @@ def read_results(path: str | os.PathLike) -> dict[str, Any]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"results file not found: {path}")
     return load_results(path)
-
-
-def check_results(results: Any, where: str = "results") -> None:
-    """The checks cards and recommendations need: the schema tag and a list of named routes."""
-    if not isinstance(results, Mapping):
-        raise ValueError(f"{where}: expected a JSON object, got {type(results).__name__}")
-    if results.get("schema") != RESULTS_SCHEMA:
-        raise ValueError(f"{where}: schema is {results.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
-    routes = results.get("routes")
-    if not isinstance(routes, list) or not all(isinstance(r, Mapping) and "name" in r for r in routes):
-        raise ValueError(f"{where}: `routes` must be a list of objects with a `name`")
-    names = [r["name"] for r in routes]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{where}: route names are not unique: {names}")
 
 
 def get_route(results: Mapping[str, Any], name: str) -> dict[str, Any]:

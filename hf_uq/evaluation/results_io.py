@@ -31,6 +31,7 @@ __all__ = [
     "ROUTE_KEYS",
     "SCHEMA",
     "TOP_LEVEL_KEYS",
+    "check_results",
     "collect_versions",
     "fits_budget",
     "jsonable",
@@ -114,7 +115,10 @@ def _atomic_write(path: Path, write: Any) -> None:
             tmp.unlink()
 
 
-def _check_results(results: Any, source: str) -> dict[str, Any]:
+def check_results(results: Any, source: str = "results") -> dict[str, Any]:
+    """Check a results document's structure: the schema tag, every top-level key ([`TOP_LEVEL_KEYS`]), a list of
+    routes each with [`ROUTE_KEYS`], unique route names. Returns a shallow copy; a `ValueError` naming `source` and
+    the problem otherwise. Shared by [`load_results`], [`write_results`], the model cards and `recommend`."""
     if not isinstance(results, Mapping):
         raise ValueError(f"{source}: a results document must be a JSON object, got {type(results).__name__}")
     if results.get("schema") != SCHEMA:
@@ -152,7 +156,7 @@ def write_results(results: Mapping[str, Any], folder: str | os.PathLike) -> Path
     Returns:
         `Path`: the path of the written `results.json`.
     """
-    document = jsonable(_check_results(results, "write_results"))
+    document = jsonable(check_results(results, "write_results"))
     text = json.dumps(document, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -187,7 +191,7 @@ def load_results(path_or_folder: str | os.PathLike) -> dict[str, Any]:
         document = json.loads(path.read_text(encoding="utf-8"), parse_constant=lambda _: None)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
-    return _check_results(document, str(path))
+    return check_results(document, str(path))
 
 
 def collect_versions() -> dict[str, str | None]:

@@ -27,7 +27,8 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from ..evaluation.recommend import check_results, get_route, read_results
+from ..evaluation.recommend import get_route, read_results
+from ..evaluation.results_io import check_results
 from .card_sections import (
     HF_UQ_MODEL_TYPES,
     SHIFT_SPLIT,

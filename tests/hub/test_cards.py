@@ -175,6 +175,14 @@ def test_unknown_route_and_bad_results(results_dir):
         model_card(results_dir / "results.json", "nope")
     with pytest.raises(ValueError, match="schema"):
         model_card({"schema": "other", "routes": []}, "x")
+    document = json.loads((results_dir / "results.json").read_text())
+    del document["predictions"]
+    with pytest.raises(ValueError, match=r"missing keys \['predictions'\]"):  # the same check as load_results
+        model_card(document, "single")
+    document = json.loads((results_dir / "results.json").read_text())
+    del document["routes"][0]["budget"]
+    with pytest.raises(ValueError, match=r"is missing keys \['budget'\]"):
+        model_card(document, "single")
     with pytest.raises(FileNotFoundError):
         write_model_card(results_dir / "missing", results_dir, DUO)
 
