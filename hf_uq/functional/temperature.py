@@ -163,6 +163,23 @@ def _check_temperatures(temperatures: Any, n_members: int) -> np.ndarray:
     return temps
 
 
+def _temperature_floats(temperatures: Any, n_members: int) -> list[float]:
+    """``_check_temperatures`` as Python floats; a list or tuple of Python numbers (a model
+    config's temperatures) is checked without numpy."""
+    if not isinstance(temperatures, (list, tuple)) or not all(
+        isinstance(t, (int, float)) and not isinstance(t, bool) for t in temperatures
+    ):
+        return _check_temperatures(temperatures, n_members).tolist()
+    values = [float(t) for t in temperatures]
+    if len(values) != n_members:
+        raise ValueError(
+            f"`temperatures` must have one value per member ({n_members}), got {len(values)}"
+        )
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"`temperatures` must be finite and positive, got {values}")
+    return values
+
+
 # --------------------------------------------------------------------------- fusion
 def fuse_logits(logits_list: Any, temperatures: Any) -> Any:
     """Fused logits ``sum_k z_k / T_k`` of K members (any leading shape, classes last).
@@ -221,10 +238,8 @@ def fuse_logits(logits_list: Any, temperatures: Any) -> Any:
             )
         if temps.device.type == "cpu" and not bool((temps > 0).all()):
             raise ValueError(f"`temperatures` must be positive, got {temps.tolist()}")
-    else:
-        temps = torch.as_tensor(
-            _check_temperatures(temperatures, len(tensors)), dtype=dtype, device=device
-        )
+    else:  # Python floats: no numpy inside a forward, so that torch.compile can trace it
+        temps = _temperature_floats(temperatures, len(tensors))
     fused = tensors[0].to(dtype) / temps[0]
     for k in range(1, len(tensors)):
         fused = fused + tensors[k].to(dtype) / temps[k]

@@ -42,6 +42,20 @@ def test_fused_logits_follow_the_formula(members, pixels):
     assert out.loss is None
 
 
+def test_whole_duo_traces_under_torch_compile(members, pixels):
+    # dynamo used to fail building its guards on the numpy-checked temperatures inside forward (inference mode);
+    # the eager backend runs dynamo's tracing and guards without inductor's compile time
+    large, small = members
+    duo = DuoForImageClassification.from_members(large, small, temperatures=[1.3, 2.1]).eval()
+    with torch.inference_mode():
+        expected = duo(pixel_values=pixels)
+    compiled = torch.compile(duo, backend="eager")  # graph breaks (input checks) are fine; failing is not
+    with torch.inference_mode():
+        out = compiled(pixel_values=pixels)
+    torch.testing.assert_close(out.logits, expected.logits, rtol=0, atol=1e-6)
+    torch.testing.assert_close(out.uncertainty, expected.uncertainty, rtol=0, atol=1e-6)
+
+
 def test_selectable_uncertainty_and_loss(members, pixels):
     duo = DuoForImageClassification.from_members(*members, uncertainty_score="msp").eval()
     labels = torch.arange(6)
