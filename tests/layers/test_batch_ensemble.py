@@ -92,6 +92,24 @@ def test_in_place_inference_path_matches_autograd_path_and_gradients_reach_every
     torch.testing.assert_close(layer.weight.grad, expected, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [2, 6, 7, 40])  # per member; the layer has 6 outputs
+def test_inference_builds_member_weights_only_when_members_have_more_rows_than_outputs(rows, bias, monkeypatch):
+    torch.manual_seed(0)
+    layer = BatchEnsembleLinear.from_linear(nn.Linear(8, 6, bias=bias), M, fast_weight_init="normal").double()
+    calls = []
+    built = layer._materialized_forward
+    monkeypatch.setattr(layer, "_materialized_forward", lambda x: calls.append(x.shape) or built(x))
+    x = torch.randn(M * rows, 8, dtype=torch.float64)
+    with torch.inference_mode():
+        y = layer(x)
+    assert calls == ([(M, rows, 8)] if rows > 6 else [])
+    for i in range(M):
+        member = layer.member_linear(i)
+        torch.testing.assert_close(y[i * rows : (i + 1) * rows], member(x[i * rows : (i + 1) * rows]),
+                                   atol=1e-12, rtol=1e-12)
+
+
 def test_tile_members_is_member_major():
     x = torch.arange(6.0).view(3, 2)
     tiled = tile_members(x, 2)
