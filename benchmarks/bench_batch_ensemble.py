@@ -3,6 +3,7 @@ latency, measured side by side in one run.
 
     python benchmarks/bench_batch_ensemble.py                 # hidden 192, 12 blocks, M = 4, batch 32, 1 thread
     python benchmarks/bench_batch_ensemble.py --layers 6 --repeats 30
+    python benchmarks/bench_batch_ensemble.py --device cuda --repeats 50   # on a GPU (CUDA-synchronized timing)
 
 Models (random weights: cost does not depend on them): a ViT-Tiny-shaped `ViTForImageClassification` (hidden
 192, 3 heads, MLP 768, patch 4 on 32x32 inputs: 65 tokens, 10 classes) with `--layers` blocks;
@@ -101,13 +102,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds (default 15)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     parser.add_argument("--no-diagnostic", action="store_true", help="skip the 'ViT on Mx batch' reference")
+    parser.add_argument("--device", default="cpu", help="where the models run, e.g. cuda (default cpu)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     m, layers = args.members, args.layers
-    print(f"ViT hidden 192, {layers} blocks, 65 tokens; M = {m}; batch {args.batch}; {args.threads} thread(s); "
+    print(f"ViT hidden 192, {layers} blocks, 65 tokens; M = {m}; batch {args.batch}; {args.device}; "
+          f"{args.threads} thread(s); "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
-    models = build(args)
+    models = {name: model.to(args.device) for name, model in build(args).items()}
     pixel_values = torch.randn(args.batch, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     params = {name: count_parameters(model) for name, model in models.items()}
     weights = {name: weight_bytes(model) for name, model in models.items()}
