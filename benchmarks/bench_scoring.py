@@ -13,65 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
-import warnings
 
 import numpy as np
 import torch
 
-import hf_uq.functional as F
-from hf_uq.evaluation import Predictions, score_difference, score_pooled, scoring
-from hf_uq.functional.bootstrap import bootstrap_interval
-
-
-def old_metric_function(layout, groups, ood, n_bins=15, sac_accuracy=0.98, field="uncertainty"):
-    """The former `scoring._metric_function`: every metric recomputed on each resample."""
-    id_data = [(p.logits, p.probs, p.labels, p.correct, scoring._field(p, field)) for p in groups]
-    ood_data = {name: [scoring._field(p, field) for p in parts] for name, parts in ood.items()}
-
-    def metrics(rows):
-        per_seed = []
-        for k, ((a, b), (logits, probs, labels, correct, u)) in enumerate(zip(layout.id_blocks, id_data, strict=True)):
-            i = rows[a:b] - a
-            u_id, ok = u[i], correct[i]
-            selective = F.selective_metrics(u_id, ok, accuracy=sac_accuracy)
-            values = [
-                F.accuracy(probs[i], labels[i]), F.nll(logits[i], labels[i], from_logits=True),
-                F.brier(probs[i], labels[i]), F.ece(probs[i], labels[i], n_bins=n_bins),
-                selective["aurc"], selective["e_aurc"], selective["sac"], F.cp_auroc(-u_id, ok),
-            ]
-            for name, parts in ood_data.items():
-                c, d = layout.ood_blocks[name][k]
-                result = F.ood_metrics(u_id, parts[k][rows[c:d] - c])
-                values += [result[m] for m in scoring.OOD_METRICS]
-            per_seed.append(values)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmean(np.asarray(per_seed, dtype=np.float64), axis=0)
-
-    return metrics
-
-
-def old_run(statistic, layout, names, bootstrap=1000, confidence=0.95, seed=0):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="cp_auroc is undefined")
-        result = bootstrap_interval(statistic, np.arange(layout.size), n_resamples=bootstrap, confidence=confidence,
-                                    seed=seed, groups=layout.strata)
-    return {name: tuple(float(v[j]) for v in result) for j, name in enumerate(names)}
-
-
-def old_score_pooled(seeds, ood, bootstrap):
-    groups, checked = scoring._check_inputs(seeds, ood, True)
-    layout = scoring._Layout(groups, checked)
-    return old_run(old_metric_function(layout, groups, checked), layout, scoring._names(checked), bootstrap)
-
-
-def old_score_difference(seeds_a, seeds_b, ood_a, ood_b, bootstrap):
-    groups_a, checked_a = scoring._check_inputs(seeds_a, ood_a, True)
-    groups_b, checked_b = scoring._check_inputs(seeds_b, ood_b, True)
-    layout = scoring._Layout(groups_a, checked_a)
-    metrics_a = old_metric_function(layout, groups_a, checked_a)
-    metrics_b = old_metric_function(layout, groups_b, checked_b)
-    return old_run(lambda rows: metrics_a(rows) - metrics_b(rows), layout, scoring._names(checked_a), bootstrap)
+from hf_uq.evaluation import Predictions, score_difference, score_pooled
+from hf_uq.evaluation.scoring_reference import per_resample_score
 
 
 def fake(n, seed, labelled=True, sharp=4.0, labels=None):
@@ -122,9 +69,10 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.2f}")
 
     rows = [
-        ("score_pooled", lambda: old_score_pooled(seeds, ood, args.bootstrap),
+        ("score_pooled", lambda: per_resample_score(score_pooled, seeds, ood=ood, bootstrap=args.bootstrap),
          lambda: {k: tuple(v) for k, v in score_pooled(seeds, ood=ood, bootstrap=args.bootstrap).items()}),
-        ("score_difference", lambda: old_score_difference(seeds, others, ood, ood_b, args.bootstrap),
+        ("score_difference", lambda: per_resample_score(score_difference, seeds, others, ood=(ood, ood_b),
+                                                        bootstrap=args.bootstrap),
          lambda: {k: tuple(v) for k, v in score_difference(seeds, others, ood=(ood, ood_b),
                                                            bootstrap=args.bootstrap).items()}),
     ]

@@ -1,7 +1,7 @@
 """The batched scoring of `hf_uq.evaluation.scoring` against the per-resample loop it replaced.
 
-`_reference_score` is the former implementation (every metric recomputed on each resample by the unweighted
-`hf_uq.functional` calls, one resample at a time); the batched one must give the same estimates and bounds
+`hf_uq.evaluation.scoring_reference.per_resample_score` is the former implementation (every metric recomputed on
+each resample by the unweighted `hf_uq.functional` calls, one resample at a time); the batched one must give the same estimates and bounds
 (1e-10), the same NaN handling and the same warnings, on data with heavy ties, several seeds of different
 sizes, OOD sets, a seed without errors and every `uncertainty_field`.
 """
@@ -15,8 +15,9 @@ import pytest
 import torch
 
 import hf_uq.functional as F
-from hf_uq.evaluation import Predictions, score_difference, score_pooled, score_split, scoring
-from hf_uq.functional.bootstrap import BootstrapInterval, bootstrap_interval
+from hf_uq.evaluation import Predictions, score_difference, score_pooled, score_split
+from hf_uq.evaluation.scoring_reference import per_resample_score
+from hf_uq.functional.bootstrap import BootstrapInterval
 
 TOL = 1e-10
 
@@ -93,73 +94,6 @@ def _cases():
     ]
 
 
-# ------------------------------------------------------------------------------------------ reference
-
-
-def _reference_metrics(layout, groups, ood, n_bins, sac_accuracy, field):
-    """The former `scoring._metric_function`: every metric by the unweighted functional calls."""
-    id_data = [(p.logits, p.probs, p.labels, p.correct, scoring._field(p, field)) for p in groups]
-    ood_data = {name: [scoring._field(p, field) for p in parts] for name, parts in ood.items()}
-
-    def metrics(rows):
-        per_seed = []
-        for k, ((a, b), (logits, probs, labels, correct, u)) in enumerate(zip(layout.id_blocks, id_data, strict=True)):
-            i = rows[a:b] - a
-            u_id, ok = u[i], correct[i]
-            selective = F.selective_metrics(u_id, ok, accuracy=sac_accuracy)
-            values = [
-                F.accuracy(probs[i], labels[i]), F.nll(logits[i], labels[i], from_logits=True),
-                F.brier(probs[i], labels[i]), F.ece(probs[i], labels[i], n_bins=n_bins),
-                selective["aurc"], selective["e_aurc"], selective["sac"], F.cp_auroc(-u_id, ok),
-            ]
-            for name, parts in ood_data.items():
-                c, d = layout.ood_blocks[name][k]
-                result = F.ood_metrics(u_id, parts[k][rows[c:d] - c])
-                values += [result[m] for m in scoring.OOD_METRICS]
-            per_seed.append(values)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanmean(np.asarray(per_seed, dtype=np.float64), axis=0)
-
-    return metrics
-
-
-def _reference_run(statistic, layout, names, bootstrap, confidence, seed):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="cp_auroc is undefined")
-        result = bootstrap_interval(statistic, np.arange(layout.size), n_resamples=bootstrap, confidence=confidence,
-                                    seed=seed, groups=layout.strata)
-    return {name: BootstrapInterval(float(result.estimate[j]), float(result.low[j]), float(result.high[j]))
-            for j, name in enumerate(names)}
-
-
-def _reference_score(function, args, kwargs):
-    """The former `score_split` / `score_pooled` / `score_difference`, one resample at a time."""
-    options = dict(bootstrap=1000, confidence=0.95, seed=0, n_bins=15, sac_accuracy=0.98,
-                   uncertainty_field="uncertainty")
-    options.update(kwargs)
-    ood = options.pop("ood", None)
-    field = options.pop("uncertainty_field")
-    run = (options.pop("bootstrap"), options.pop("confidence"), options.pop("seed"))
-    n_bins, sac_accuracy = options.pop("n_bins"), options.pop("sac_accuracy")
-    assert not options
-    if function is score_difference:
-        pred_a, pred_b = args
-        pooled = not isinstance(pred_a, Predictions)
-        ood_a, ood_b = (None, None) if ood is None else ood
-        groups_a, checked_a = scoring._check_inputs(pred_a, ood_a, pooled)
-        groups_b, checked_b = scoring._check_inputs(pred_b, ood_b, pooled)
-        layout = scoring._Layout(groups_a, checked_a)
-        metrics_a = _reference_metrics(layout, groups_a, checked_a, n_bins, sac_accuracy, field)
-        metrics_b = _reference_metrics(layout, groups_b, checked_b, n_bins, sac_accuracy, field)
-        return _reference_run(lambda rows: metrics_a(rows) - metrics_b(rows), layout, scoring._names(checked_a),
-                              *run)
-    groups, checked = scoring._check_inputs(args[0], ood, function is score_pooled)
-    layout = scoring._Layout(groups, checked)
-    statistic = _reference_metrics(layout, groups, checked, n_bins, sac_accuracy, field)
-    return _reference_run(statistic, layout, scoring._names(checked), *run)
-
-
 # ------------------------------------------------------------------------------------------ tests
 
 
@@ -183,13 +117,13 @@ def _assert_same(result, expected, tol):
 def test_batched_scoring_equals_the_per_resample_loop(case):
     _, function, args, kwargs = case
     result, caught = _scored(function, args, kwargs)
-    expected, expected_caught = _scored(_reference_score, (function, args, kwargs), {})
+    expected, expected_caught = _scored(per_resample_score, (function, *args), kwargs)
     _assert_same(result, expected, TOL)
     assert caught == expected_caught  # the same NaN-resample warnings, nothing else
 
 
 # Computed by the per-resample implementation before it was replaced (same data, same seeds): pins
-# `_reference_score` itself to the former code.
+# `per_resample_score` itself to the former code.
 _FORMER = {
     "pooled": {
         "accuracy": (0.9285185185185184, 0.9090981481481482, 0.9473351851851851),
@@ -239,7 +173,7 @@ def test_results_of_the_former_implementation(name):
     former = {metric: BootstrapInterval(*values) for metric, values in _FORMER[name].items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        _assert_same(_reference_score(function, args, kwargs), former, 1e-14)
+        _assert_same(per_resample_score(function, *args, **kwargs), former, 1e-14)
         _assert_same(function(*args, **kwargs), former, TOL)
 
 
@@ -250,3 +184,9 @@ def test_nan_resamples_warn_like_bootstrap_interval():
     assert not np.isnan(result["cp_auroc"].low)
     with pytest.warns(RuntimeWarning, match="NaN on every resample"):
         assert np.isnan(score_split(_preds(40, 9, all_correct=True), bootstrap=20)["cp_auroc"].low)
+
+
+def test_per_resample_score_takes_only_the_three_scorers():
+    _, _, args, kwargs = next(case for case in _cases() if case[0] == "split_tiny")
+    with pytest.raises(ValueError, match="`function` must be score_split, score_pooled or score_difference"):
+        per_resample_score(len, *args, **kwargs)
