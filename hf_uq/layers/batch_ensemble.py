@@ -23,6 +23,8 @@ __all__ = [
     "BatchEnsembleLinear",
     "fast_weight_parameter_names",
     "init_fast_weights_",
+    "scale_member_inputs",
+    "scale_shift_member_outputs",
     "split_members",
     "tile_members",
 ]
@@ -83,6 +85,27 @@ def split_members(hidden_states: torch.Tensor, ensemble_size: int, in_features: 
             f"{ensemble_size}: tile the batch first (`tile_members`)"
         )
     return hidden_states.reshape(ensemble_size, -1, in_features)
+
+
+def scale_member_inputs(x: torch.Tensor, scale: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """`x * r_i` for the `(M, rows, in_features)` member blocks `x` and `scale` = `r` as `(M, 1, in_features)`; in
+    place when `in_place` and autograd is off (for inputs nothing else reads, see `scale_input_in_place`). Shared
+    by the float layer and its quantized variants."""
+    return x.mul_(scale) if in_place and not torch.is_grad_enabled() else x * scale
+
+
+def scale_shift_member_outputs(y: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`y * s_i + b_i` for the `(M, rows, out_features)` member blocks `y` of a fresh matmul output, `scale` of shape
+    `(M, 1, out_features)` and `bias` of shape `(M, out_features)` or `None`.
+
+    Without autograd it works in place on `y`: one pass and no new allocation (a large fresh CPU buffer costs page
+    faults that can exceed the pass itself). With autograd the unscaled `y` is needed for the gradient of `s`, so a
+    new tensor is made. Shared by the float layer and its quantized variants.
+    """
+    inplace = not torch.is_grad_enabled()
+    if bias is None:
+        return y.mul_(scale) if inplace else y * scale
+    return torch.addcmul(bias.unsqueeze(1), y, scale, out=y if inplace else None)
 
 
 class BatchEnsembleLinear(nn.Module):
@@ -262,22 +285,10 @@ class BatchEnsembleLinear(nn.Module):
         lead = hidden_states.shape[:-1]
         # (M, N, in): each member's rows (all tokens of its B samples) as one block
         x = split_members(hidden_states, members, self.in_features)
-        # Without autograd, scale and shift the fresh matmul output in place: one pass and no new allocation
-        # (a large fresh CPU buffer costs page faults that can exceed the pass itself). With autograd the
-        # unscaled tensors are needed for the gradients of `r` and `s`, so new tensors are made.
-        inplace = not torch.is_grad_enabled()
-        if inplace and x.shape[1] > self.out_features:
+        if not torch.is_grad_enabled() and x.shape[1] > self.out_features:
             return self._materialized_forward(x).reshape(*lead, self.out_features)
-        if inplace and self.scale_input_in_place:
-            x = x.mul_(self.fast_in_norm.unsqueeze(1))
-        else:
-            x = x * self.fast_in_norm.unsqueeze(1)
-        y = torch.matmul(x, self.weight.t())
-        scale = self.fast_out_norm.unsqueeze(1)
-        if self.bias is None:
-            y = y.mul_(scale) if inplace else y * scale
-        else:
-            y = torch.addcmul(self.bias.unsqueeze(1), y, scale, out=y if inplace else None)
+        x = scale_member_inputs(x, self.fast_in_norm.unsqueeze(1), self.scale_input_in_place)
+        y = scale_shift_member_outputs(torch.matmul(x, self.weight.t()), self.fast_out_norm.unsqueeze(1), self.bias)
         return y.reshape(*lead, self.out_features)
 
     def _materialized_forward(self, x: torch.Tensor) -> torch.Tensor:

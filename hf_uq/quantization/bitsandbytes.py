@@ -28,7 +28,12 @@ import bitsandbytes as bnb
 import torch
 from torch import nn
 
-from ..layers.batch_ensemble import BatchEnsembleLinear, split_members
+from ..layers.batch_ensemble import (
+    BatchEnsembleLinear,
+    scale_member_inputs,
+    scale_shift_member_outputs,
+    split_members,
+)
 from .api import is_plain
 
 NAME = "bitsandbytes"
@@ -122,15 +127,9 @@ class BnbBatchEnsembleLinear(nn.Module):
         members = self.ensemble_size
         lead = hidden_states.shape[:-1]
         x = split_members(hidden_states, members, self.in_features)
-        inplace = not torch.is_grad_enabled()
-        r = self.fast_in_norm.unsqueeze(1)
-        x = x.mul_(r) if inplace and self.scale_input_in_place else x * r
+        x = scale_member_inputs(x, self.fast_in_norm.unsqueeze(1), self.scale_input_in_place)
         y = self.shared(x.reshape(-1, self.in_features)).view(members, -1, self.out_features).to(x.dtype)
-        scale = self.fast_out_norm.unsqueeze(1)
-        if self.bias is None:
-            y = y * scale
-        else:
-            y = torch.addcmul(self.bias.unsqueeze(1), y, scale)
+        y = scale_shift_member_outputs(y, self.fast_out_norm.unsqueeze(1), self.bias)
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:

@@ -29,7 +29,12 @@ from optimum.quanto.nn import QLinear, QModuleMixin, register_qmodule
 from optimum.quanto.tensor import ActivationQBytesTensor, Optimizer, quantize_activation
 from torch.nn import functional as F
 
-from ..layers.batch_ensemble import BatchEnsembleLinear, split_members
+from ..layers.batch_ensemble import (
+    BatchEnsembleLinear,
+    scale_member_inputs,
+    scale_shift_member_outputs,
+    split_members,
+)
 
 __all__ = ["FusedW8A8QLinear", "QBatchEnsembleLinear", "fuse_w8a8", "is_fusable"]
 
@@ -209,24 +214,15 @@ class QBatchEnsembleLinear(QModuleMixin, BatchEnsembleLinear):
             y = torch._int_mm(data.reshape(-1, self.in_features), int8._data.t())
             y = y.view(members, -1, self.out_features).to(x.dtype)
             rescale = (scale * int8._scale.t()) * scale_out  # (M, 1, out)
-            if self.bias is None:
-                y = y.mul_(rescale)
-            else:
-                y = torch.addcmul(self.bias.unsqueeze(1), y, rescale, out=y if not torch.is_grad_enabled() else None)
-            return y.reshape(*lead, self.out_features)
-        inplace = not torch.is_grad_enabled()
-        x = x.mul_(r) if inplace and self.scale_input_in_place else x * r
+            return scale_shift_member_outputs(y, rescale, self.bias).reshape(*lead, self.out_features)
+        x = scale_member_inputs(x, r, self.scale_input_in_place)
         if self.activation_qtype is not None:  # float8 activations, or a device without the fused kernel
             x = quantize_activation(x, qtype=self.activation_qtype, scale=self._input_scale(x))
         if isinstance(weight, WeightQBitsTensor) and torch.is_inference_mode_enabled():
             y = F.linear(x, weight.dequantize())  # see InferenceSafeQLinear in quanto.py
         else:
             y = F.linear(x, weight)
-        if self.bias is None:
-            y = y * scale_out
-        else:
-            y = torch.addcmul(self.bias.unsqueeze(1), y, scale_out)
-        return y.reshape(*lead, self.out_features)
+        return scale_shift_member_outputs(y, scale_out, self.bias).reshape(*lead, self.out_features)
 
 
 def _quantize_int8_scaled(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
