@@ -152,25 +152,15 @@ def check_class_labels(labels: Any, n_samples: int, n_classes: int) -> np.ndarra
     return arr
 
 
-def _check_temperatures(temperatures: Any, n_members: int) -> np.ndarray:
-    temps = np.asarray(_to_numpy(temperatures, "temperatures"), dtype=np.float64).reshape(-1)
-    if temps.size != n_members:
-        raise ValueError(
-            f"`temperatures` must have one value per member ({n_members}), got {temps.size}"
-        )
-    if not (np.isfinite(temps).all() and (temps > 0).all()):
-        raise ValueError(f"`temperatures` must be finite and positive, got {temps.tolist()}")
-    return temps
-
-
 def _temperature_floats(temperatures: Any, n_members: int) -> list[float]:
-    """``_check_temperatures`` as Python floats; a list or tuple of Python numbers (a model
-    config's temperatures) is checked without numpy."""
-    if not isinstance(temperatures, (list, tuple)) or not all(
+    """One positive, finite temperature per member, as Python floats. A list or tuple of Python numbers (a model
+    config's temperatures) is read without numpy, so that a forward calling this traces under torch.compile."""
+    if isinstance(temperatures, (list, tuple)) and all(
         isinstance(t, (int, float)) and not isinstance(t, bool) for t in temperatures
     ):
-        return _check_temperatures(temperatures, n_members).tolist()
-    values = [float(t) for t in temperatures]
+        values = [float(t) for t in temperatures]
+    else:
+        values = np.asarray(_to_numpy(temperatures, "temperatures"), dtype=np.float64).reshape(-1).tolist()
     if len(values) != n_members:
         raise ValueError(
             f"`temperatures` must have one value per member ({n_members}), got {len(values)}"
@@ -178,6 +168,10 @@ def _temperature_floats(temperatures: Any, n_members: int) -> list[float]:
     if not all(math.isfinite(v) and v > 0 for v in values):
         raise ValueError(f"`temperatures` must be finite and positive, got {values}")
     return values
+
+
+def _check_temperatures(temperatures: Any, n_members: int) -> np.ndarray:
+    return np.asarray(_temperature_floats(temperatures, n_members), dtype=np.float64)
 
 
 # --------------------------------------------------------------------------- fusion
